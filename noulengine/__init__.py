@@ -1,0 +1,23 @@
+"""noulengine: turn a language model into a decision model.
+
+A request carries a ``state`` (JSON evidence, optionally images) and 1-16 typed questions
+(``choice``, ``score``, ``noul``); the engine answers each with probabilities over its candidate
+labels, read from the model's logits in one forward pass, without generating text.
+"""
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):  # lazy: importing noulengine must not import torch/transformers
+    if name in ("Engine", "EngineConfig"):
+        from noulengine.engine import engine as _engine
+
+        return getattr(_engine, name)
+    if name in ("Decision", "Answer"):
+        from noulengine.engine import decision as _decision
+
+        return getattr(_decision, name)
+    raise AttributeError(f"module 'noulengine' has no attribute {name!r}")
+
+
+__all__ = ["Answer", "Decision", "Engine", "EngineConfig", "__version__"]

@@ -1,0 +1,103 @@
+"""Image payloads: strict base64 / data-URL decoding, checked with Pillow.
+
+Limits (per the HTTP contract, also applied to JSONL records): 12 MB per decoded image,
+16 million pixels per image, static images only. Request-level limits (count, combined size)
+are checked by :func:`check_image_list`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import re
+
+from noulengine.records.errors import RecordError
+
+MAX_IMAGES = 8
+MAX_IMAGE_BYTES = 12 * 1024 * 1024
+MAX_TOTAL_IMAGE_BYTES = 32 * 1024 * 1024
+MAX_IMAGE_PIXELS = 16_000_000
+ALLOWED_MIME = ("image/png", "image/jpeg", "image/webp", "image/gif")
+_DATA_URL = re.compile(r"^data:(image/[a-z0-9.+-]+);base64,(.*)$", re.S)
+_B64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
+
+
+def strict_b64decode(text: str, *, record_id=None, field=None) -> bytes:
+    """Decode standard base64, rejecting whitespace, stray characters and inner padding."""
+    if len(text) % 4 != 0 or not _B64.match(text):
+        raise RecordError("invalid base64: only A-Z a-z 0-9 + / with '=' padding at the end are allowed",
+                          record_id=record_id, field=field)
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error as exc:
+        raise RecordError(f"invalid base64: {exc}", record_id=record_id, field=field) from None
+
+
+def decode_image(raw, *, record_id=None, field="images[0]"):
+    """Decode ``{"type": "image/png", "data": "<base64>"}`` or a ``data:`` URL string.
+
+    Returns:
+        :class:`noulengine.records.schema.Image` with the decoded bytes.
+
+    Raises:
+        RecordError: bad shape, bad base64, unsupported type, over a size limit, undecodable,
+            animated, or a server path / remote URL (never fetched).
+    """
+    from noulengine.records.schema import Image
+
+    if isinstance(raw, str):
+        m = _DATA_URL.match(raw)
+        if not m:
+            raise RecordError("an image must be {type, data} or a base64 data: URL; paths and remote URLs are refused",
+                              record_id=record_id, field=field)
+        mime, data = m.group(1), m.group(2)
+    elif isinstance(raw, dict):
+        mime, data = raw.get("type"), raw.get("data")
+        if not isinstance(data, str):
+            raise RecordError("image 'data' must be a base64 string", record_id=record_id, field=f"{field}.data")
+        m = _DATA_URL.match(data)
+        if m:
+            data = m.group(2)
+    else:
+        raise RecordError(f"expected an image object or data URL, got {type(raw).__name__}", record_id=record_id, field=field)
+    if mime not in ALLOWED_MIME:
+        raise RecordError(f"unsupported image type {mime!r}; expected one of {list(ALLOWED_MIME)}",
+                          record_id=record_id, field=f"{field}.type")
+    if len(data) > (MAX_IMAGE_BYTES * 4) // 3 + 8:
+        raise RecordError(f"image larger than {MAX_IMAGE_BYTES} bytes", record_id=record_id, field=field)
+    blob = strict_b64decode(data, record_id=record_id, field=f"{field}.data")
+    if len(blob) > MAX_IMAGE_BYTES:
+        raise RecordError(f"decoded image is {len(blob)} bytes; the limit is {MAX_IMAGE_BYTES}", record_id=record_id, field=field)
+    _check_with_pillow(blob, mime, record_id, field)
+    return Image(mime_type=mime, data=blob)
+
+
+def _check_with_pillow(blob: bytes, mime: str, record_id, field) -> None:
+    from PIL import Image as PILImage
+
+    try:
+        with PILImage.open(io.BytesIO(blob)) as im:
+            w, h = im.size
+            if w * h > MAX_IMAGE_PIXELS:
+                raise RecordError(f"image has {w * h} pixels; the limit is {MAX_IMAGE_PIXELS}", record_id=record_id, field=field)
+            if getattr(im, "is_animated", False) or getattr(im, "n_frames", 1) > 1:
+                raise RecordError("animated images are not supported; send a static image", record_id=record_id, field=field)
+            fmt = (im.format or "").lower()
+            im.verify()
+    except RecordError:
+        raise
+    except Exception as exc:  # Pillow raises many types for corrupt data.
+        raise RecordError(f"not a decodable image: {exc}", record_id=record_id, field=field) from None
+    expected = mime.split("/")[1]
+    if fmt and fmt != expected and not (fmt == "mpo" and expected == "jpeg"):
+        raise RecordError(f"declared {mime} but the bytes are {fmt}", record_id=record_id, field=f"{field}.type")
+
+
+def check_image_list(images, *, record_id=None) -> None:
+    """Request-level limits: at most 8 images and 32 MB combined (decoded bytes)."""
+    if len(images) > MAX_IMAGES:
+        raise RecordError(f"at most {MAX_IMAGES} images per request, got {len(images)}", record_id=record_id, field="images")
+    total = sum(len(im.data) for im in images)
+    if total > MAX_TOTAL_IMAGE_BYTES:
+        raise RecordError(f"images total {total} bytes; the limit is {MAX_TOTAL_IMAGE_BYTES}", record_id=record_id, field="images")

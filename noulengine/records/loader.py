@@ -1,0 +1,90 @@
+"""JSONL loading of canonical records: every bad line is reported, none silently dropped."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from noulengine.records.errors import RecordError
+from noulengine.records.schema import Record, parse_record
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json_line(text: str, *, file=None, line=None):
+    """Parse one JSONL line strictly (no NaN/Infinity, no BOM, no blank line).
+
+    Raises:
+        RecordError: naming the file and line.
+    """
+    if text.startswith("\ufeff"):
+        raise RecordError("byte-order mark (BOM) found; save the file as UTF-8 without BOM", file=file, line=line)
+    if not text.strip():
+        raise RecordError("blank line; JSONL needs one JSON object per line", file=file, line=line)
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise RecordError(f"invalid JSON: {exc}", file=file, line=line) from None
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` for each line of a UTF-8 file (1-based; trailing newline ok)."""
+    path = Path(path)
+    with path.open("rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise RecordError(f"not UTF-8: {exc}", file=path, line=n) from None
+            yield n, text.rstrip("\n").rstrip("\r")
+
+
+@dataclass
+class LoadResult:
+    """Records that parsed, and one :class:`RecordError` per bad line (with file and line)."""
+
+    records: list[Record] = field(default_factory=list)
+    errors: list[RecordError] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # source line of each record
+
+    def raise_if_errors(self) -> None:
+        if self.errors:
+            shown = "\n".join(str(e) for e in self.errors[:20])
+            more = f"\n... and {len(self.errors) - 20} more" if len(self.errors) > 20 else ""
+            raise RecordError(f"{len(self.errors)} bad record(s):\n{shown}{more}")
+
+
+def load_records(path: str | Path, *, parse: Callable = parse_record, check_duplicate_ids: bool = True) -> LoadResult:
+    """Load canonical records from a JSONL file, collecting every bad line.
+
+    Args:
+        path: the JSONL file (UTF-8, one object per line).
+        parse: the per-object parser (default :func:`parse_record`).
+        check_duplicate_ids: report a repeated ``id`` as an error on its later line.
+
+    Returns:
+        :class:`LoadResult`; call ``raise_if_errors()`` to refuse a file with any bad line.
+    """
+    path = Path(path)
+    result = LoadResult()
+    seen: dict[str, int] = {}
+    for n, text in iter_jsonl(path):
+        try:
+            rec = parse(parse_json_line(text, file=path, line=n))
+        except RecordError as exc:
+            result.errors.append(exc if exc.file is not None else exc.located(path, n))
+            continue
+        rid = getattr(rec, "id", None)
+        if check_duplicate_ids and rid is not None:
+            if rid in seen:
+                result.errors.append(RecordError(f"duplicate id (first on line {seen[rid]})", record_id=rid,
+                                                 field="id", file=path, line=n))
+                continue
+            seen[rid] = n
+        result.records.append(rec)
+        result.lines.append(n)
+    return result

@@ -1,0 +1,357 @@
+"""Canonical decision records: typed questions, requests and evaluation targets.
+
+A canonical record is one JSON object::
+
+    {"id": str, "state": <any JSON>, "images": [...], "questions": {field: question},
+     "targets": {field: {"label": str, "probabilities": {label: p}}},
+     "validation_role": "calibration" | "selection"}
+
+Only ``state``, ``images`` and ``questions`` ever reach the model (see :class:`Request`); ids,
+targets, gold probabilities, roles and any other metadata stay in :class:`Record`.
+
+Question types and their candidate labels, in order:
+
+* ``choice``: ``criteria`` is an ordered ``label -> description`` object (descriptions may be
+  null); candidates are its keys in order.
+* ``score``: ``criteria`` is an ordered list of level descriptions, or an object whose keys are
+  the integers ``0 .. n-1``; candidates are ``"0", "1", ...`` in level order.
+* ``noul``: always the two candidates ``("no", "yes")``; optional ``criteria`` keyed
+  ``true/false`` or ``yes/no`` give the descriptions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from noulengine.records.errors import RecordError
+
+QUESTION_TYPES = ("choice", "score", "noul")
+VALIDATION_ROLES = ("calibration", "selection")
+NOUL_LABELS = ("no", "yes")
+MAX_QUESTIONS = 16
+MAX_CHOICE_OPTIONS = 255
+MAX_SCORE_LEVELS = 10
+_NOUL_KEYS = {"false": "no", "no": "no", "true": "yes", "yes": "yes"}
+
+
+@dataclass(frozen=True)
+class Question:
+    """One typed question.
+
+    Attributes:
+        field: the question's key in the request (any non-empty string).
+        type: ``"choice"``, ``"score"`` or ``"noul"``.
+        instructions: the question text; an object or array is rendered as JSON.
+        labels: candidate labels in order (choice: criteria keys; score: ``"0".."n-1"``;
+            noul: ``("no", "yes")``).
+        descriptions: one description (or None) per label.
+    """
+
+    field: str
+    type: str
+    instructions: Any
+    labels: tuple[str, ...]
+    descriptions: tuple[str | None, ...]
+
+    @property
+    def num_candidates(self) -> int:
+        return len(self.labels)
+
+    def spec(self) -> dict:
+        """The JSON-able content of the question (what the model sees), for hashing/caching."""
+        return {
+            "type": self.type,
+            "instructions": self.instructions,
+            "labels": list(self.labels),
+            "descriptions": list(self.descriptions),
+        }
+
+
+@dataclass(frozen=True)
+class Image:
+    """One decoded image: its MIME type and raw bytes (already validated by the caller)."""
+
+    mime_type: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Request:
+    """What inference sees: the evidence and the questions, nothing else.
+
+    Attributes:
+        state: any JSON value (a plain string is rendered as text).
+        questions: ordered questions (1..16).
+        images: ordered images (empty for text-only requests).
+        id: an opaque request id, echoed in the output and never compiled into the prompt.
+    """
+
+    state: Any
+    questions: tuple[Question, ...]
+    images: tuple[Image, ...] = ()
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """Evaluation gold for one field: a hard label and optionally a gold distribution."""
+
+    label: str | None
+    probabilities: Mapping[str, float] | None = None
+
+
+@dataclass
+class Record:
+    """A canonical record: the :class:`Request` plus evaluation-only fields."""
+
+    id: str
+    request: Request
+    targets: dict[str, Target] = field(default_factory=dict)
+    validation_role: str | None = None
+    category: str | None = None
+    metadata: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing with rule-naming errors.
+
+
+def _fail(rid, fld, rule) -> RecordError:
+    return RecordError(rule, record_id=rid, field=fld)
+
+
+def _check_finite(value: Any, rid, path: str) -> None:
+    """Reject NaN/Infinity anywhere in a JSON value (Python's json accepts them by default)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _fail(rid, path, f"non-finite number {value!r} is not valid JSON")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(v, rid, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_finite(v, rid, f"{path}[{i}]")
+
+
+def _description(value: Any, rid, path: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    raise _fail(rid, path, f"a description must be a string or null, got {type(value).__name__}")
+
+
+def parse_question(fld: str, raw: Any, *, record_id: str | None = None) -> Question:
+    """Parse one question object.
+
+    Raises:
+        RecordError: naming the record id, ``questions.<field>`` and the rule broken.
+    """
+    rid = record_id
+    path = f"questions.{fld}"
+    if not isinstance(fld, str) or not fld:
+        raise _fail(rid, "questions", "question ids must be non-empty strings")
+    if not isinstance(raw, dict):
+        raise _fail(rid, path, f"expected an object, got {type(raw).__name__}")
+    qtype = raw.get("type")
+    if qtype not in QUESTION_TYPES:
+        raise _fail(rid, f"{path}.type", f"unknown type {qtype!r}; expected one of {list(QUESTION_TYPES)}")
+    instructions = raw.get("instructions")
+    if instructions is None or (isinstance(instructions, str) and not instructions.strip()):
+        raise _fail(rid, f"{path}.instructions", "instructions are required (a string, object or array)")
+    if not isinstance(instructions, (str, dict, list)):
+        raise _fail(rid, f"{path}.instructions", f"expected a string, object or array, got {type(instructions).__name__}")
+    criteria = raw.get("criteria")
+    cpath = f"{path}.criteria"
+
+    if qtype == "choice":
+        if not isinstance(criteria, dict):
+            raise _fail(rid, cpath, "a choice question needs criteria: an ordered label -> description object")
+        labels = tuple(criteria.keys())
+        for label in labels:
+            if not label.strip():
+                raise _fail(rid, cpath, "choice labels must be non-empty")
+        if len(labels) < 2:
+            raise _fail(rid, cpath, f"a choice question needs at least 2 options, got {len(labels)}")
+        if len(labels) > MAX_CHOICE_OPTIONS:
+            raise _fail(rid, cpath, f"at most {MAX_CHOICE_OPTIONS} options, got {len(labels)}")
+        descriptions = tuple(_description(criteria[k], rid, f"{cpath}.{k}") for k in labels)
+    elif qtype == "score":
+        if isinstance(criteria, list):
+            descriptions = tuple(_description(d, rid, f"{cpath}[{i}]") for i, d in enumerate(criteria))
+        elif isinstance(criteria, dict):
+            try:
+                levels = sorted((int(k), k) for k in criteria)
+            except ValueError:
+                raise _fail(rid, cpath, "score criteria keys must be the integers 0..n-1") from None
+            if [lvl for lvl, _ in levels] != list(range(len(levels))):
+                raise _fail(rid, cpath, f"score levels must be exactly 0..{len(levels) - 1}, got {[k for _, k in levels]}")
+            descriptions = tuple(_description(criteria[k], rid, f"{cpath}.{k}") for _, k in levels)
+        else:
+            raise _fail(rid, cpath, "a score question needs criteria: an ordered list of levels or a 0..n-1 keyed object")
+        if len(descriptions) < 2:
+            raise _fail(rid, cpath, f"a score question needs at least 2 levels, got {len(descriptions)}")
+        if len(descriptions) > MAX_SCORE_LEVELS:
+            raise _fail(rid, cpath, f"at most {MAX_SCORE_LEVELS} score levels, got {len(descriptions)}")
+        labels = tuple(str(i) for i in range(len(descriptions)))
+    else:  # noul
+        labels = NOUL_LABELS
+        desc = {"no": None, "yes": None}
+        if criteria is not None:
+            if not isinstance(criteria, dict):
+                raise _fail(rid, cpath, "noul criteria must be an object keyed true/false or yes/no")
+            for k, v in criteria.items():
+                key = _NOUL_KEYS.get(str(k).lower())
+                if key is None:
+                    raise _fail(rid, f"{cpath}.{k}", "noul criteria keys must be true/false or yes/no")
+                if desc[key] is not None:
+                    raise _fail(rid, f"{cpath}.{k}", f"duplicate noul criterion for {key!r}")
+                desc[key] = _description(v, rid, f"{cpath}.{k}")
+        descriptions = (desc["no"], desc["yes"])
+    return Question(field=fld, type=qtype, instructions=instructions, labels=labels, descriptions=descriptions)
+
+
+def parse_questions(raw: Any, *, record_id: str | None = None) -> tuple[Question, ...]:
+    """Parse the ``questions`` object (1..16 questions, order preserved)."""
+    if not isinstance(raw, dict):
+        raise _fail(record_id, "questions", f"expected a non-empty object, got {type(raw).__name__}")
+    if not raw:
+        raise _fail(record_id, "questions", "questions must not be empty")
+    if len(raw) > MAX_QUESTIONS:
+        raise _fail(record_id, "questions", f"at most {MAX_QUESTIONS} questions per request, got {len(raw)}")
+    return tuple(parse_question(k, v, record_id=record_id) for k, v in raw.items())
+
+
+def normalize_label(question: Question, value: Any) -> str | None:
+    """Map a gold label as written in data onto the question's candidate label.
+
+    Accepts integers for score levels and booleans / true/false for noul; returns None for a
+    value that names no candidate.
+    """
+    if question.type == "noul":
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        if isinstance(value, str):
+            return _NOUL_KEYS.get(value.lower())
+        return None
+    if question.type == "score" and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, str) and value in question.labels:
+        return value
+    return None
+
+
+def _parse_target(q: Question, raw: Any, rid) -> Target:
+    path = f"targets.{q.field}"
+    if not isinstance(raw, dict):
+        raise _fail(rid, path, f"expected an object with 'label', got {type(raw).__name__}")
+    label = None
+    if raw.get("label") is not None:
+        label = normalize_label(q, raw["label"])
+        if label is None:
+            raise _fail(rid, f"{path}.label", f"target {raw['label']!r} is not a candidate; candidates are {list(q.labels)}")
+    probs = None
+    if raw.get("probabilities") is not None:
+        rawp = raw["probabilities"]
+        if not isinstance(rawp, dict):
+            raise _fail(rid, f"{path}.probabilities", "expected a label -> probability object")
+        probs = {}
+        for k, v in rawp.items():
+            lab = normalize_label(q, k)
+            if lab is None:
+                raise _fail(rid, f"{path}.probabilities.{k}", f"not a candidate; candidates are {list(q.labels)}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0.0 <= v <= 1.0:
+                raise _fail(rid, f"{path}.probabilities.{k}", f"a probability must be a finite number in [0, 1], got {v!r}")
+            probs[lab] = float(v)
+        total = sum(probs.values())
+        if abs(total - 1.0) > 0.01:
+            raise _fail(rid, f"{path}.probabilities", f"gold probabilities must sum to 1 (within 0.01), got {total:.6f}")
+        probs = {lab: probs.get(lab, 0.0) for lab in q.labels}
+    return Target(label=label, probabilities=probs)
+
+
+def parse_record(obj: Any) -> Record:
+    """Parse one canonical record object.
+
+    Raises:
+        RecordError: naming the record id, field and rule.
+    """
+    if not isinstance(obj, dict):
+        raise RecordError(f"a record must be a JSON object, got {type(obj).__name__}")
+    rid = obj.get("id")
+    if not isinstance(rid, str) or not rid:
+        raise _fail(None, "id", f"every record needs a non-empty string id, got {rid!r}")
+    _check_finite(obj, rid, "record")
+    if "state" not in obj:
+        raise _fail(rid, "state", "state is required (any JSON value)")
+    questions = parse_questions(obj.get("questions"), record_id=rid)
+    images = obj.get("images") or []
+    if not isinstance(images, list):
+        raise _fail(rid, "images", "images must be a list")
+    parsed_images = tuple(_record_image(rid, i, im) for i, im in enumerate(images))
+    role = obj.get("validation_role")
+    if role is not None and role not in VALIDATION_ROLES:
+        raise _fail(rid, "validation_role", f"expected one of {list(VALIDATION_ROLES)}, got {role!r}")
+    raw_targets = obj.get("targets") or {}
+    if not isinstance(raw_targets, dict):
+        raise _fail(rid, "targets", "targets must be an object keyed by question field")
+    by_field = {q.field: q for q in questions}
+    targets: dict[str, Target] = {}
+    for fld, raw in raw_targets.items():
+        if fld not in by_field:
+            raise _fail(rid, f"targets.{fld}", f"target for unknown question; questions are {list(by_field)}")
+        targets[fld] = _parse_target(by_field[fld], raw, rid)
+    # Legacy `questions[field].answer`: used when no target contradicts it.
+    for fld, rawq in obj["questions"].items():
+        if isinstance(rawq, dict) and rawq.get("answer") is not None:
+            q = by_field[fld]
+            legacy = normalize_label(q, rawq["answer"])
+            if legacy is None:
+                raise _fail(rid, f"questions.{fld}.answer", f"answer {rawq['answer']!r} is not a candidate; candidates are {list(q.labels)}")
+            t = targets.get(fld)
+            if t is not None and t.label is not None and t.label != legacy:
+                raise _fail(rid, f"questions.{fld}.answer", f"legacy answer {legacy!r} contradicts targets.{fld}.label {t.label!r}")
+            if t is None:
+                targets[fld] = Target(label=legacy)
+            elif t.label is None:
+                targets[fld] = Target(label=legacy, probabilities=t.probabilities)
+    category = obj.get("category")
+    known = {"id", "state", "questions", "images", "targets", "validation_role", "category"}
+    metadata = {k: v for k, v in obj.items() if k not in known}
+    request = Request(state=obj["state"], questions=questions, images=parsed_images, id=rid)
+    return Record(id=rid, request=request, targets=targets, validation_role=role,
+                  category=category if isinstance(category, str) else None, metadata=metadata)
+
+
+def _record_image(rid, index: int, raw: Any) -> Image:
+    """Images in JSONL records: ``{"type": "image/png", "data": "<base64>"}``."""
+    from noulengine.records.images import decode_image
+
+    return decode_image(raw, record_id=rid, field=f"images[{index}]")
+
+
+def request_from_json(obj: Any, *, request_id: str | None = None) -> Request:
+    """Build a :class:`Request` from a JSON object with ``state``, ``questions``, ``images``.
+
+    Extra keys (``id``, ``targets``, metadata) are ignored here: they never reach the model.
+    """
+    if not isinstance(obj, dict):
+        raise RecordError(f"a request must be a JSON object, got {type(obj).__name__}")
+    rid = request_id if request_id is not None else obj.get("id")
+    rid = rid if isinstance(rid, str) else None
+    _check_finite(obj.get("state"), rid, "state")
+    if "state" not in obj:
+        raise _fail(rid, "state", "state is required (any JSON value)")
+    questions = parse_questions(obj.get("questions"), record_id=rid)
+    images = obj.get("images") or []
+    if not isinstance(images, list):
+        raise _fail(rid, "images", "images must be a list")
+    return Request(state=obj["state"], questions=questions,
+                   images=tuple(_record_image(rid, i, im) for i, im in enumerate(images)), id=rid)
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic compact JSON used for rendering and hashing (key order preserved)."""
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), allow_nan=False)
