@@ -1,0 +1,255 @@
+"""Compiler: a :class:`~noulengine.records.Request` to a packed token tree with readout terms.
+
+Readout modes, per question:
+
+1. ``symbols``: choice labels map in criteria order to A, B, ...; score levels to 0, 1, ...;
+   noul to no/yes. One token read at the answer position.
+2. ``label-token``: the first token of each candidate's own label text (labels whose first
+   tokens collide cannot use it). Noul reads "no"/"No" and "yes"/"Yes" as alternatives.
+3. ``label-sequence``: the full log-likelihood of each label's text plus the end-of-answer token,
+   each candidate a branch of the same pass (tree attention): any number of options works.
+
+``auto`` picks, per question: noul -> label-token (yes/no words), score -> symbols (digits),
+choice -> label-token when valid, else label-sequence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from noulengine.compile.layout import READOUT_MODES, CompiledRequest, QuestionPlan, SequenceBuilder
+from noulengine.compile.render import PROMPT_VERSION, render_question, render_state
+from noulengine.compile.symbols import DIGITS, NOUL_WORDS, SYMBOLS, single_token_in_context
+from noulengine.compile.template import PromptFrame, TextTokenizer, build_frame
+from noulengine.records.errors import OverlengthError, RecordError, TokenizerError
+from noulengine.records.schema import Question, Request
+
+DEBIAS_MODES = ("none", "permute", "contextual")
+MAX_PERMUTE_VIEWS = 16
+
+
+@dataclass(frozen=True)
+class CompilerConfig:
+    """Compiler settings.
+
+    Attributes:
+        readout: ``auto`` or one of ``symbols``, ``label-token``, ``label-sequence``.
+        debias: ``none``, ``permute`` (rotations of choice options as extra branches) or
+            ``contextual`` (the engine divides by a content-free prior; compiled like ``none``).
+        max_positions: the context window in tokens; a request whose deepest branch needs more
+            is rejected, never truncated.
+        max_packed_tokens: the most packed tokens one request may take (prefix + all branches).
+        use_chat_template: None uses the model's chat template when it has one.
+    """
+
+    readout: str = "auto"
+    debias: str = "none"
+    max_positions: int = 8192
+    max_packed_tokens: int = 32768
+    use_chat_template: bool | None = None
+
+    def __post_init__(self):
+        if self.readout not in ("auto",) + READOUT_MODES:
+            raise ValueError(f"readout must be 'auto' or one of {list(READOUT_MODES)}, got {self.readout!r}")
+        if self.debias not in DEBIAS_MODES:
+            raise ValueError(f"debias must be one of {list(DEBIAS_MODES)}, got {self.debias!r}")
+
+
+class Compiler:
+    """Compiles requests for one tokenizer.
+
+    Only ``request.state``, ``request.questions`` and (later) ``request.images`` are read: ids,
+    targets, roles and metadata cannot reach the prompt.
+    """
+
+    def __init__(self, tokenizer, config: CompilerConfig | None = None):
+        self.config = config or CompilerConfig()
+        self.tok = tokenizer if isinstance(tokenizer, TextTokenizer) else TextTokenizer(tokenizer)
+        self.frame: PromptFrame = build_frame(self.tok, use_chat_template=self.config.use_chat_template)
+        self._symbol_ids: dict[str, int] = {}
+        self._symbol_errors: dict[str, str] = {}
+        for sym in SYMBOLS + NOUL_WORDS + ("No", "Yes"):
+            tid = single_token_in_context(self.tok, self.frame.tail_text, self.frame.tail_ids, sym)
+            if tid is None:
+                self._symbol_errors[sym] = f"symbol {sym!r} is not a single token after {self.frame.tail_text!r}"
+            else:
+                self._symbol_ids[sym] = tid
+        if self.config.readout == "symbols":
+            self.require_symbols(SYMBOLS + NOUL_WORDS)
+        self._branch_cache: dict = {}
+
+    # -- symbols ----------------------------------------------------------------------------
+    def require_symbols(self, symbols) -> list[int]:
+        """Token ids of ``symbols``; raises :class:`TokenizerError` naming the first bad one."""
+        out = []
+        for s in symbols:
+            if s in self._symbol_errors:
+                raise TokenizerError(self._symbol_errors[s] + "; this tokenizer cannot use the symbols readout")
+            out.append(self._symbol_ids[s])
+        if len(set(out)) != len(out):
+            raise TokenizerError(f"symbols {list(symbols)} do not map to distinct tokens")
+        return out
+
+    # -- mode choice ------------------------------------------------------------------------
+    @staticmethod
+    def label_variants(label: str) -> tuple[str, ...]:
+        """Spellings credited to a label: as given, and with its first letter upper-cased.
+
+        Small chat models answer "Sports" for a label written "sports"; both spellings count
+        as the same candidate (their probabilities are added).
+        """
+        return tuple(dict.fromkeys((label, label[:1].upper() + label[1:])))
+
+    def question_variants(self, q: Question) -> list[tuple[str, ...]]:
+        """Per candidate, its spellings minus any spelling that is also another candidate's."""
+        per = [self.label_variants(label) for label in q.labels]
+        counts: dict[str, int] = {}
+        for variants in per:
+            for v in variants:
+                counts[v] = counts.get(v, 0) + 1
+        originals = set(q.labels)
+        return [tuple(v for v in variants if v == label or (counts[v] == 1 and v not in originals))
+                for label, variants in zip(q.labels, per)]
+
+    def _first_token_in_context(self, text: str) -> int | None:
+        ids = self.tok.encode_user(text)
+        if not ids:
+            return None
+        joined = self.tok.encode_template(self.frame.tail_text + text)
+        if tuple(joined[: len(self.frame.tail_ids) + 1]) != tuple(self.frame.tail_ids) + (ids[0],):
+            return None
+        return ids[0]
+
+    def _first_tokens(self, q: Question) -> list[tuple[int, ...]] | None:
+        """Per candidate, the distinct first tokens of its spellings; None if any two candidates
+        share a first token or a label has no clean first token at the answer position."""
+        out, seen = [], set()
+        for variants in self.question_variants(q):
+            toks = []
+            for variant in variants:
+                tid = self._first_token_in_context(variant)
+                if tid is None:
+                    return None
+                toks.append(tid)
+            toks = tuple(dict.fromkeys(toks))
+            if seen & set(toks):
+                return None
+            seen |= set(toks)
+            out.append(toks)
+        return out
+
+    def choose_mode(self, q: Question, rid=None) -> str:
+        """The readout mode for one question under the configured ``readout``.
+
+        Raises:
+            RecordError: the requested mode cannot read this question (names field and rule).
+        """
+        want = self.config.readout
+        path = f"questions.{q.field}"
+        if want == "auto":
+            if q.type == "noul":
+                return "label-token"
+            if q.type == "score":
+                return "symbols"
+            return "label-token" if self._first_tokens(q) is not None else "label-sequence"
+        if want == "symbols":
+            limit = len(DIGITS) if q.type == "score" else len(SYMBOLS)
+            if q.num_candidates > limit:
+                raise RecordError(f"readout 'symbols' has {limit} symbols for a {q.type} question; this one has "
+                                  f"{q.num_candidates} candidates (use label-sequence)", record_id=rid, field=path)
+        if want == "label-token" and q.type == "choice" and self._first_tokens(q) is None:
+            raise RecordError("readout 'label-token' needs labels whose first tokens are distinct single tokens at the "
+                              "answer position; these collide (use label-sequence or auto)", record_id=rid, field=path)
+        return want
+
+    # -- compile ----------------------------------------------------------------------------
+    def compile(self, request: Request) -> CompiledRequest:
+        """Compile one request into a packed token tree.
+
+        Raises:
+            RecordError: a question cannot be read with the configured readout.
+            OverlengthError: the request needs more positions or packed tokens than allowed.
+        """
+        rid = request.id
+        b = SequenceBuilder()
+        prefix_ids = self.frame.head_ids + self.tok.encode_user(render_state(request.state))
+        root = b.add(prefix_ids, -1)
+        plans = [self._compile_question(b, root, q, rid) for q in request.questions]
+        compiled = CompiledRequest(b.token_ids, b.position_ids, b.segment_ids, b.parents, plans, request_id=rid)
+        cfg = self.config
+        if compiled.max_position > cfg.max_positions:
+            raise OverlengthError(f"record {rid!r}: the request needs {compiled.max_position} positions "
+                                  f"(prefix {len(prefix_ids)} + its longest branch); the limit is {cfg.max_positions} "
+                                  "tokens. Nothing is truncated: shorten the state.")
+        if compiled.input_tokens > cfg.max_packed_tokens:
+            raise OverlengthError(f"record {rid!r}: the request packs {compiled.input_tokens} tokens; the limit is "
+                                  f"{cfg.max_packed_tokens} tokens per request. Nothing is truncated.")
+        return compiled
+
+    def _rotations(self, q: Question) -> tuple[int, ...]:
+        if self.config.debias != "permute" or q.type != "choice":
+            return (0,)
+        k = q.num_candidates
+        if k <= MAX_PERMUTE_VIEWS:
+            return tuple(range(k))
+        return tuple(sorted({(i * k) // MAX_PERMUTE_VIEWS for i in range(MAX_PERMUTE_VIEWS)}))
+
+    def _branch_ids(self, q: Question, mode: str, rotation: int) -> tuple[int, ...]:
+        key = (json.dumps(q.spec(), sort_keys=True, ensure_ascii=False), mode, rotation)
+        ids = self._branch_cache.get(key)
+        if ids is None:
+            k = q.num_candidates
+            order = [(slot + rotation) % k for slot in range(k)]
+            text = render_question(q, mode, order, SYMBOLS)
+            ids = self.tok.encode_user(text) + self.frame.tail_ids
+            if len(self._branch_cache) > 4096:
+                self._branch_cache.clear()
+            self._branch_cache[key] = ids
+        return ids
+
+    def spec_key(self, q: Question, mode: str) -> str:
+        """Content hash of a question under a readout (keys the contextual prior cache)."""
+        payload = json.dumps({"q": q.spec(), "mode": mode, "v": PROMPT_VERSION}, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+    def _compile_question(self, b: SequenceBuilder, root: int, q: Question, rid) -> QuestionPlan:
+        mode = self.choose_mode(q, rid)
+        rotations = self._rotations(q)
+        plan = QuestionPlan(q.field, q.type, q.labels, mode, rotations, spec_key=self.spec_key(q, mode))
+        k = q.num_candidates
+        for view, r in enumerate(rotations):
+            seg = b.add(self._branch_ids(q, mode, r), root)
+            read_at = b.last_position(seg)
+            if mode == "symbols":
+                symbols = NOUL_WORDS if q.type == "noul" else (DIGITS if q.type == "score" else SYMBOLS)
+                ids = self.require_symbols(symbols[:k])
+                for cand in range(k):
+                    plan.add_alternative(view, cand, [(read_at, ids[(cand - r) % k])])
+            elif mode == "label-token":
+                if q.type == "noul":
+                    for cand, words in enumerate((("no", "No"), ("yes", "Yes"))):
+                        for tid in dict.fromkeys(self._symbol_ids[w] for w in words if w in self._symbol_ids):
+                            plan.add_alternative(view, cand, [(read_at, tid)])
+                        if not any(w in self._symbol_ids for w in words):
+                            raise TokenizerError(f"neither of {words} is a single token at the answer position")
+                else:
+                    firsts = self._first_tokens(q)
+                    for cand in range(k):
+                        for tid in firsts[cand]:
+                            plan.add_alternative(view, cand, [(read_at, tid)])
+            else:  # label-sequence: label tokens + end token, each candidate a child branch
+                for cand, variants in enumerate(self.question_variants(q)):
+                    for variant in variants:
+                        seq = self._label_sequence(variant)
+                        start = b.num_tokens
+                        b.add(seq[:-1], seg)  # the last token is read, never fed
+                        positions = [read_at] + list(range(start, start + len(seq) - 1))
+                        plan.add_alternative(view, cand, list(zip(positions, seq)))
+        return plan
+
+    def _label_sequence(self, label: str) -> tuple[int, ...]:
+        """The candidate's label text followed by the end-of-answer token (so a label that is a
+        prefix of another is not credited with the other's probability)."""
+        return self.tok.encode_user(label) + self.frame.end_ids

@@ -1,0 +1,78 @@
+"""Packing compiled requests into padded batches under a token budget, longest first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from noulengine.compile.layout import CompiledRequest
+
+
+@dataclass
+class Batch:
+    """Tensors for one forward pass over ``B`` requests padded to ``L`` tokens.
+
+    Attributes:
+        indices: the requests' indices in the caller's list, in row order.
+        input_ids: (B, L) int64.
+        position_ids: (B, L) int64 tree depths (0 on padding).
+        mask: (B, 1, L, L) bool, True = may attend. Padding rows attend to themselves only, so
+            no row is ever fully masked (no NaN).
+        max_position: the largest position id + 1 in the batch (for sliding-window masks).
+        real_tokens: tokens that are not padding.
+    """
+
+    indices: list[int]
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    mask: torch.Tensor
+    real_tokens: int
+
+    @property
+    def padded_tokens(self) -> int:
+        return self.input_ids.numel()
+
+    @property
+    def padding_share(self) -> float:
+        return 1.0 - self.real_tokens / max(self.padded_tokens, 1)
+
+
+def plan_batches(lengths: list[int], *, batch_tokens: int, max_batch_size: int = 64) -> list[list[int]]:
+    """Group request indices into batches, longest first, each within ``batch_tokens`` padded tokens.
+
+    A request longer than the budget still gets a batch of its own (it was already accepted by
+    the compiler's limits). Sorting by length keeps padding small and makes an out-of-memory
+    error happen on the first batch, not the last.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        width = lengths[current[0]] if current else lengths[i]  # first is the longest
+        if current and ((len(current) + 1) * width > batch_tokens or len(current) >= max_batch_size):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def collate(requests: list[CompiledRequest], indices: list[int], *, pad_id: int = 0) -> Batch:
+    """Pad the selected compiled requests into one :class:`Batch` (CPU tensors)."""
+    rows = [requests[i] for i in indices]
+    b, width = len(rows), max(r.input_tokens for r in rows)
+    input_ids = torch.full((b, width), pad_id, dtype=torch.long)
+    position_ids = torch.zeros((b, width), dtype=torch.long)
+    mask = torch.zeros((b, 1, width, width), dtype=torch.bool)
+    diag = torch.arange(width)
+    mask[:, 0, diag, diag] = True  # padding attends to itself: never an all-masked row
+    real = 0
+    for row, r in enumerate(rows):
+        n = r.input_tokens
+        real += n
+        input_ids[row, :n] = torch.tensor(r.token_ids, dtype=torch.long)
+        position_ids[row, :n] = torch.tensor(r.position_ids, dtype=torch.long)
+        mask[row, 0, :n, :n] = r.attention_mask()
+    return Batch(indices=list(indices), input_ids=input_ids, position_ids=position_ids, mask=mask, real_tokens=real)

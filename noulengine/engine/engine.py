@@ -1,0 +1,262 @@
+"""The decision engine: requests in, calibrated candidate probabilities out, one pass per request.
+
+Pipeline for a list of requests:
+
+1. compile each request to a packed token tree (shared prefix, one branch per question);
+2. plan batches longest first within a padded-token budget;
+3. per batch: collate (4D tree mask, position ids), run the base model once, read candidate
+   log-probabilities at the answer positions (candidate rows of the head only);
+4. per question: combine views, subtract a contextual prior, apply temperature, softmax.
+
+A request's answer does not depend on its neighbours, its slot or the batch size (masks isolate
+rows; tested).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, fields
+from typing import Any, Iterable
+
+import torch
+
+from noulengine.compile import Compiler, CompilerConfig
+from noulengine.compile.layout import CompiledRequest
+from noulengine.engine.batching import collate, plan_batches
+from noulengine.engine.decision import Decision, make_answer
+from noulengine.engine.model_runner import ModelRunner, pick_device, pick_dtype
+from noulengine.engine.readout import batch_candidate_logprobs
+from noulengine.records.errors import NoulEngineError, RecordError, UnsupportedModalityError
+from noulengine.records.schema import Question, Request, request_from_json
+
+CONTENT_FREE_STATES = ("N/A", "", "[MASK]")  # Zhao et al. 2021, "Calibrate Before Use"
+
+
+@dataclass
+class EngineConfig:
+    """Engine settings (the CLI and the server are generated from these fields).
+
+    Attributes:
+        model: local directory, ``.gguf`` file, or None for the embedded default model.
+        device: ``cuda``, ``cuda:N``, ``cpu`` or None (CUDA when available, else CPU).
+        dtype: ``bfloat16`` | ``float32`` | ``float16`` or None (bf16 on CUDA, fp32 on CPU).
+        readout: ``auto`` | ``symbols`` | ``label-token`` | ``label-sequence``.
+        debias: ``none`` | ``permute`` | ``contextual``.
+        batch_tokens: padded tokens per forward pass (B x L budget).
+        max_batch_size: requests per forward pass at most.
+        max_positions: context window in tokens (None: the model's ``max_position_embeddings``).
+        calibration: path of a calibration JSON (temperatures), or None.
+        use_chat_template: None uses the model's chat template when it has one.
+        attn_implementation: ``sdpa`` (default) or ``eager``.
+    """
+
+    model: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    readout: str = "auto"
+    debias: str = "none"
+    batch_tokens: int = 8192
+    max_batch_size: int = 64
+    max_positions: int | None = None
+    calibration: str | None = None
+    use_chat_template: bool | None = None
+    attn_implementation: str = "sdpa"
+
+
+def _error_dict(exc: Exception) -> dict:
+    if isinstance(exc, RecordError):
+        return exc.to_dict()
+    return {"error_type": type(exc).__name__, "message": str(exc)}
+
+
+class Engine:
+    """A causal LM turned into a decision model.
+
+    Use :meth:`from_pretrained` (default model, a local directory or a GGUF file) or
+    :meth:`from_model` (an already loaded transformers model and tokenizer).
+    """
+
+    def __init__(self, model, tokenizer, config: EngineConfig | None = None, *, identity=None):
+        self.config = config or EngineConfig()
+        self.runner = ModelRunner(model)
+        self.tokenizer = tokenizer
+        max_pos = self.config.max_positions or self.runner.max_positions
+        self.compiler = Compiler(tokenizer, CompilerConfig(
+            readout=self.config.readout, debias="permute" if self.config.debias == "permute" else "none",
+            max_positions=max_pos, max_packed_tokens=max(self.config.batch_tokens, max_pos),
+            use_chat_template=self.config.use_chat_template))
+        self.identity = identity
+        self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+        self._priors: dict[str, torch.Tensor] = {}
+        self.calibration = None
+        if self.config.calibration:
+            from noulengine.calibrate.file import load_calibration
+
+            self.calibration = load_calibration(self.config.calibration, engine=self)
+
+    # -- construction -----------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | None = None, *, device: str | None = None, dtype: str | None = None,
+                        readout: str = "auto", **kwargs) -> "Engine":
+        """Load a model and build an engine.
+
+        Args:
+            name_or_path: a local directory with ``config.json`` and weights, a ``.gguf`` file
+                (dequantized once into a cached float32 safetensors directory keyed by its
+                sha256), or None for the embedded default model (SmolLM2-135M-Instruct).
+            device, dtype, readout: see :class:`EngineConfig`; other :class:`EngineConfig`
+                fields as keyword arguments (``debias``, ``calibration``, ``batch_tokens``, ...).
+
+        Raises:
+            noulengine.models.loading.ModelNotFoundError: nothing loadable at ``name_or_path``.
+        """
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from noulengine.models.loading import resolve_model
+
+        config = EngineConfig(model=None if name_or_path is None else str(name_or_path), device=device, dtype=dtype,
+                              readout=readout, **kwargs)
+        directory, identity = resolve_model(name_or_path)
+        dev = pick_device(device)
+        torch_dtype = pick_dtype(dtype, dev)
+        tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch_dtype, local_files_only=True,
+                                                     attn_implementation=config.attn_implementation)
+        model.to(dev)
+        return cls(model, tokenizer, config, identity=identity)
+
+    @classmethod
+    def from_model(cls, model, tokenizer, **kwargs) -> "Engine":
+        """Wrap an already loaded transformers causal LM and its tokenizer."""
+        return cls(model, tokenizer, EngineConfig(**kwargs))
+
+    # -- public API -------------------------------------------------------------------------
+    def decide(self, request: Request | dict) -> Decision:
+        """Answer one request (all its questions in one forward pass).
+
+        Raises:
+            RecordError, OverlengthError, UnsupportedModalityError: the request is invalid.
+        """
+        return self.decide_batch([request], on_error="raise")[0]
+
+    def decide_batch(self, requests: Iterable[Request | dict], *, batch_tokens: int | None = None,
+                     on_error: str = "record", progress=None) -> list[Decision]:
+        """Answer many requests, packed into forward passes longest first.
+
+        Args:
+            requests: :class:`Request` objects or JSON objects with ``state``/``questions``.
+            batch_tokens: padded-token budget per pass (default ``config.batch_tokens``).
+            on_error: ``"record"`` returns a :class:`Decision` with ``error`` set for a bad
+                request (the others still get answers); ``"raise"`` raises the first error.
+            progress: optional callable ``progress(n_done_requests)`` called after each batch.
+
+        Returns:
+            One :class:`Decision` per request, in input order.
+        """
+        if on_error not in ("record", "raise"):
+            raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
+        items = list(requests)
+        decisions: list[Decision | None] = [None] * len(items)
+        compiled: dict[int, CompiledRequest] = {}
+        parsed: dict[int, Request] = {}
+        compile_s: dict[int, float] = {}
+        for i, item in enumerate(items):
+            t0 = time.perf_counter()
+            try:
+                req = item if isinstance(item, Request) else request_from_json(item)
+                if req.images and not self.runner.supports_images:
+                    raise UnsupportedModalityError(
+                        f"record {req.id!r}: field 'images': this model is text-only and cannot read images "
+                        f"({len(req.images)} given); use a vision-language model or remove the images")
+                compiled[i] = self.compiler.compile(req)
+                parsed[i] = req
+            except (NoulEngineError, ValueError) as exc:
+                if on_error == "raise":
+                    raise
+                rid = item.id if isinstance(item, Request) else (item.get("id") if isinstance(item, dict) else None)
+                decisions[i] = Decision(id=rid if isinstance(rid, str) else None, error=_error_dict(exc))
+            compile_s[i] = time.perf_counter() - t0
+        if compiled:
+            self._ensure_priors(parsed, compiled)
+        order = list(compiled)
+        results = self._run(compiled=[compiled[i] for i in order], batch_tokens=batch_tokens, progress=progress)
+        for slot, i in enumerate(order):
+            logps, batch_s = results[slot]
+            c = compiled[i]
+            answers = {}
+            for plan, lp in zip(c.questions, logps):
+                prior = self._priors.get(plan.spec_key) if self.config.debias == "contextual" else None
+                answers[plan.field] = make_answer(plan, lp, temperature=self._temperature(plan), prior_logprobs=prior,
+                                                  debias=self.config.debias)
+            decisions[i] = Decision(id=c.request_id, answers=answers, input_tokens=c.input_tokens,
+                                    latency_s=compile_s[i] + batch_s)
+        return decisions  # type: ignore[return-value]
+
+    def compile(self, request: Request | dict) -> CompiledRequest:
+        """The packed token tree the engine would run for ``request`` (for inspection and tests)."""
+        req = request if isinstance(request, Request) else request_from_json(request)
+        return self.compiler.compile(req)
+
+    # -- internals --------------------------------------------------------------------------
+    def _sync(self) -> None:
+        if self.runner.device.type == "cuda":
+            torch.cuda.synchronize(self.runner.device)
+
+    def _run(self, compiled: list[CompiledRequest], *, batch_tokens: int | None, progress=None):
+        """Forward passes; returns per request ``(per-question (V, K) log-probs, batch seconds)``."""
+        budget = batch_tokens or self.config.batch_tokens
+        out: list[Any] = [None] * len(compiled)
+        plans = plan_batches([c.input_tokens for c in compiled], batch_tokens=budget,
+                             max_batch_size=self.config.max_batch_size)
+        self.last_padding_share = 0.0
+        padded = real = 0
+        for indices in plans:
+            self._sync()
+            t0 = time.perf_counter()
+            batch = collate(compiled, indices, pad_id=self.pad_id)
+            hidden = self.runner.hidden_states(batch)
+            with torch.inference_mode():
+                per_row = batch_candidate_logprobs(hidden, self.runner.head, compiled, indices)
+            self._sync()
+            dt = time.perf_counter() - t0
+            padded += batch.padded_tokens
+            real += batch.real_tokens
+            for row, idx in enumerate(indices):
+                out[idx] = (per_row[row], dt)
+            if progress is not None:
+                progress(len(indices))
+        self.last_padding_share = 1.0 - real / padded if padded else 0.0
+        return out
+
+    def _temperature(self, plan) -> float:
+        if self.calibration is None:
+            return 1.0
+        return self.calibration.temperature_for(plan.type, plan.num_candidates)
+
+    def _ensure_priors(self, parsed: dict[int, Request], compiled: dict[int, CompiledRequest]) -> None:
+        """Contextual debiasing: the mean content-free prior per question template, cached."""
+        if self.config.debias != "contextual":
+            return
+        missing: dict[str, Question] = {}
+        for i, c in compiled.items():
+            for q, plan in zip(parsed[i].questions, c.questions):
+                if plan.spec_key not in self._priors:
+                    missing[plan.spec_key] = q
+        if not missing:
+            return
+        keys = list(missing)
+        prior_requests = [self.compiler.compile(Request(state=s, questions=(missing[k],)))
+                          for k in keys for s in CONTENT_FREE_STATES]
+        results = self._run(prior_requests, batch_tokens=None)
+        n = len(CONTENT_FREE_STATES)
+        for j, key in enumerate(keys):
+            probs = torch.stack([torch.softmax(results[j * n + s][0][0][0], dim=0) for s in range(n)]).mean(0)
+            self._priors[key] = torch.log(probs)
+
+    def describe(self) -> dict:
+        """JSON-able description: model identity, device, dtype, readout, debias, calibration."""
+        return {"model": self.identity.to_dict() if self.identity else None, "device": str(self.runner.device),
+                "dtype": str(self.runner.dtype).replace("torch.", ""), "readout": self.config.readout,
+                "debias": self.config.debias, "calibration": self.config.calibration,
+                "attn_implementation": self.runner.attn_implementation,
+                "config": {f.name: getattr(self.config, f.name) for f in fields(self.config)}}

@@ -1,0 +1,97 @@
+"""The model side of the engine: one packed forward pass to final hidden states.
+
+Measured pitfalls this module guards against (see docs): the eager attention path misreads a
+boolean mask (it gets an additive mask), results are wrong without explicit position ids, and
+models with sliding-window layers (Gemma 3) need a separate sliding mask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from noulengine.engine.batching import Batch
+
+
+def pick_device(device: str | torch.device | None) -> torch.device:
+    """``device`` if given, else CUDA when available, else CPU."""
+    if device is not None:
+        return torch.device(device)
+    from noulengine import envs
+
+    forced = envs.default_device()
+    if forced:
+        return torch.device(forced)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """``dtype`` if given, else bfloat16 on CUDA and float32 on CPU."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None or dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise ValueError(f"dtype must be one of {sorted(table)}, got {dtype!r}")
+    return table[dtype]
+
+
+@dataclass
+class HeadInfo:
+    """The output head: (V, D) weight, optional (V,) bias, and the final logit soft-cap."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    softcap: float | None
+
+
+class ModelRunner:
+    """Runs the base (decoder) model of a causal LM on packed batches.
+
+    The output head is never applied here: :mod:`noulengine.engine.readout` applies it to the
+    read positions only.
+    """
+
+    def __init__(self, model):
+        self.model = model.eval()
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.base = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, model.base_model_prefix)
+        text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.config = text_cfg
+        head = model.get_output_embeddings()
+        self.head = HeadInfo(head.weight, getattr(head, "bias", None), getattr(text_cfg, "final_logit_softcapping", None))
+        layer_types = getattr(text_cfg, "layer_types", None) or []
+        window = getattr(text_cfg, "sliding_window", None)
+        self.sliding_window = window if window and "sliding_attention" in layer_types else None
+        self.attn_implementation = getattr(model.config, "_attn_implementation", "sdpa") or "sdpa"
+        self.max_positions = int(getattr(text_cfg, "max_position_embeddings", 8192) or 8192)
+        self.supports_images = hasattr(model.config, "vision_config")
+
+    def _device_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        mask = mask.to(self.device, non_blocking=True)
+        if self.attn_implementation == "eager":
+            # eager adds the mask to the scores: a boolean mask would be read as 0/1 values.
+            additive = torch.zeros(mask.shape, dtype=self.dtype, device=self.device)
+            return additive.masked_fill_(~mask, torch.finfo(self.dtype).min)
+        return mask
+
+    @torch.inference_mode()
+    def hidden_states(self, batch: Batch) -> torch.Tensor:
+        """(B, L, D) final normalised hidden states for a packed batch (model dtype, on device)."""
+        input_ids = batch.input_ids.to(self.device, non_blocking=True)
+        position_ids = batch.position_ids.to(self.device, non_blocking=True)
+        mask = batch.mask
+        if self.sliding_window is not None:
+            pos = batch.position_ids
+            near = (pos[:, :, None] - pos[:, None, :]) < self.sliding_window  # (B, L, L)
+            attention_mask = {"full_attention": self._device_mask(mask),
+                              "sliding_attention": self._device_mask(mask & near[:, None])}
+        else:
+            attention_mask = self._device_mask(mask)
+        out = self.base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                        use_cache=False)
+        return out.last_hidden_state

@@ -1,0 +1,28 @@
+"""Every environment variable noulengine reads, declared in one place."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """``NOULENGINE_CACHE``: where converted models are kept (default ``~/.cache/noulengine``)."""
+    return Path(os.environ.get("NOULENGINE_CACHE") or Path.home() / ".cache" / "noulengine")
+
+
+def data_dir() -> Path | None:
+    """``NOULENGINE_DATA``: the raw data folder (default ``../shared/data`` beside the checkout)."""
+    value = os.environ.get("NOULENGINE_DATA")
+    return Path(value) if value else None
+
+
+def default_device() -> str | None:
+    """``NOULENGINE_DEVICE``: force a device ("cpu", "cuda", "cuda:1"); None picks CUDA then CPU."""
+    return os.environ.get("NOULENGINE_DEVICE") or None
+
+
+def num_threads() -> int | None:
+    """``NOULENGINE_THREADS``: torch intra-op threads on CPU (default: torch's choice)."""
+    value = os.environ.get("NOULENGINE_THREADS")
+    return int(value) if value else None

@@ -1,0 +1,117 @@
+"""Shared fixtures: a tiny trained BPE tokenizer with a ChatML template and tiny seeded models.
+
+Tiny models are built from configs with fixed seeds (random weights), vocabulary ~1k, 2 layers:
+fast on CPU and enough to check every engine rule against a plain transformers forward pass.
+"""
+
+from __future__ import annotations
+
+import os
+import string
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("NOULENGINE_DATA") or REPO.parent / "shared" / "data")
+
+CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _corpus() -> list[str]:
+    words = ("Read the evidence, then answer the question about it. Evidence Question Options Levels Answer "
+             "with the option name only level number symbol yes no Yes No world sports business sci_tech "
+             "harmful benign continue stop observe human_review text prompt request tools agent trace "
+             "risk urgency the a of and to in is it for on that this was").split()
+    lines = [" ".join(words[i:i + 9]) for i in range(0, len(words), 3)]
+    lines += ["yes no Yes No"] * 50 + [" ".join(string.ascii_letters + string.digits)] * 5
+    lines += [f"{a} {b}" for a in words for b in ("yes", "no", "Answer:")]
+    return lines
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train_from_iterator(_corpus(), trainer=trainer)
+    hf = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|im_start|>", eos_token="<|im_end|>",
+                                 pad_token="<|endoftext|>", unk_token="<|endoftext|>")
+    hf.chat_template = CHATML
+    return hf
+
+
+def _seed():
+    torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _seed()
+    cfg = LlamaConfig(vocab_size=len(tiny_tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                      tie_word_embeddings=True, attn_implementation="sdpa")
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2(tiny_tokenizer):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    _seed()
+    cfg = Qwen2Config(vocab_size=len(tiny_tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                      tie_word_embeddings=False, attn_implementation="sdpa")
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3(tiny_tokenizer):
+    """Gemma 3 text model with a 16-token sliding window on one of two layers and a logit soft-cap."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    _seed()
+    cfg = Gemma3TextConfig(vocab_size=len(tiny_tokenizer), hidden_size=64, intermediate_size=128,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                           max_position_embeddings=2048, sliding_window=16,
+                           layer_types=["sliding_attention", "full_attention"], final_logit_softcapping=30.0,
+                           attn_implementation="sdpa")
+    return Gemma3ForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="session", params=["llama", "qwen2", "gemma3"])
+def tiny_model(request, tiny_llama, tiny_qwen2, tiny_gemma3):
+    return {"llama": tiny_llama, "qwen2": tiny_qwen2, "gemma3": tiny_gemma3}[request.param]
+
+
+def three_question_request(state="The server rejected 3 logins from a new country.", **extra):
+    return {"state": state, **extra, "questions": {
+        "topic": {"type": "choice", "instructions": "Which topic?",
+                  "criteria": {"world": "World news.", "business": None, "human_review": "Escalate.", "observe": "Watch."}},
+        "risk": {"type": "score", "instructions": "How risky?", "criteria": ["none", "low", "high"]},
+        "flag": {"type": "noul", "instructions": "Should a human look at it?"},
+    }}
+
+
+@pytest.fixture(scope="session")
+def default_engine():
+    """The real embedded default model (SmolLM2-135M-Instruct); skipped when not installed."""
+    from noulengine.models.loading import ModelNotFoundError
+
+    try:
+        from noulengine import Engine
+
+        return Engine.from_pretrained()
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
