@@ -1,0 +1,150 @@
+"""The ``noulengine`` command line: ``decide``, ``eval``, ``score``, ``calibrate``, ``serve``, ``bench``.
+
+Engine flags are generated from :class:`noulengine.engine.engine.EngineConfig`, so the CLI, the
+server and the Python API share one set of defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+
+def _engine_config_cls():
+    from noulengine.engine.engine import EngineConfig
+
+    return EngineConfig
+
+
+def add_engine_args(parser: argparse.ArgumentParser, *, skip: tuple[str, ...] = ()) -> None:
+    """Add one ``--flag`` per :class:`EngineConfig` field (``batch_tokens`` -> ``--batch-tokens``)."""
+    cls = _engine_config_cls()
+    doc = cls.__doc__ or ""
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default
+        kind = {int: int, "int": int, "int | None": int}.get(f.type, None)
+        help_line = next((line.strip() for line in doc.splitlines() if line.strip().startswith(f.name + ":")), "")
+        if f.type in ("bool | None", bool):
+            parser.add_argument(flag, type=lambda s: {"true": True, "false": False, "auto": None}[s.lower()],
+                                default=default, help=help_line + " (true/false/auto)")
+        else:
+            parser.add_argument(flag, type=kind or str, default=default, help=help_line)
+
+
+def engine_from_args(args: argparse.Namespace):
+    """Build an :class:`~noulengine.Engine` from parsed engine flags."""
+    from noulengine.engine.engine import Engine
+
+    cls = _engine_config_cls()
+    kwargs = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+    model = kwargs.pop("model", None)
+    return Engine.from_pretrained(model, **kwargs)
+
+
+def _read_json_arg(value: str):
+    """A JSON value given inline or as a path to a JSON file."""
+    path = Path(value)
+    if not value.lstrip().startswith(("{", "[", '"')) and path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    return json.loads(value)
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    """Answer one request (``--state`` + ``--questions``) or a JSONL file (``--input``)."""
+    from tqdm import tqdm
+
+    from noulengine.records.errors import RecordError
+    from noulengine.records.loader import iter_jsonl, parse_json_line
+
+    if bool(args.input) == bool(args.questions):
+        print("error: give either --input FILE or --state/--questions", file=sys.stderr)
+        return 2
+    engine = engine_from_args(args)
+    if args.questions:
+        state = _read_json_arg(args.state) if args.state is not None else ""
+        request = {"state": state, "questions": _read_json_arg(args.questions)}
+        decision = engine.decide_batch([request])[0]
+        print(json.dumps(decision.to_dict(), ensure_ascii=False, indent=2))
+        return 0 if decision.ok else 1
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    n_err = n_ok = 0
+    lines = list(iter_jsonl(args.input))
+    bar = tqdm(total=len(lines), unit="req", file=sys.stderr, disable=args.no_progress)
+    try:
+        for start in range(0, len(lines), args.chunk):
+            chunk = lines[start:start + args.chunk]
+            items, rows = [], []
+            for n, text in chunk:
+                try:
+                    items.append(parse_json_line(text, file=args.input, line=n))
+                    rows.append((n, None))
+                except RecordError as exc:
+                    rows.append((n, exc.to_dict()))
+            decisions = iter(engine.decide_batch(items, progress=None))
+            for n, err in rows:
+                row = {"line": n, "id": None, "answers": {}, "usage": {"input_tokens": 0}, "latency_s": 0.0,
+                       "error": err} if err else {"line": n, **next(decisions).to_dict()}
+                if row["error"]:
+                    n_err += 1
+                    if row["error"].get("line") is None:
+                        row["error"]["line"] = n
+                else:
+                    n_ok += 1
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            out.flush()
+            bar.update(len(chunk))
+    finally:
+        bar.close()
+        if out is not sys.stdout:
+            out.close()
+    print(f"{n_ok} answered, {n_err} error rows", file=sys.stderr)
+    return 0 if n_err == 0 else 1
+
+
+def _delegate(module: str):
+    def run(args: argparse.Namespace, rest: list[str]) -> int:
+        import importlib
+
+        return importlib.import_module(module).main(rest)
+
+    return run
+
+
+SUBCOMMANDS = {  # verbs whose parsers live with their modules
+    "eval": ("noulengine.eval.__main__", "evaluate a model on benchmark suites"),
+    "score": ("noulengine.eval.score", "score predictions from any system against a suite"),
+    "calibrate": ("noulengine.calibrate.__main__", "fit temperatures on a validation file"),
+    "serve": ("noulengine.serve.__main__", "run the HTTP service"),
+    "bench": ("noulengine.bench", "measure speed against naive baselines"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        return _delegate(SUBCOMMANDS[argv[0]][0])(None, argv[1:])
+    parser = argparse.ArgumentParser(prog="noulengine", description="Decision probabilities from a language model.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("decide", help="answer requests")
+    p.add_argument("--state", help="the state: inline JSON or a JSON file (with --questions)")
+    p.add_argument("--questions", help="the questions object: inline JSON or a JSON file")
+    p.add_argument("--input", help="a JSONL file of requests/records")
+    p.add_argument("--output", help="where to write answers (JSONL; default stdout)")
+    p.add_argument("--chunk", type=int, default=256, help="requests handed to the engine at a time")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_engine_args(p)
+    p.set_defaults(func=cmd_decide)
+    for name, (_module, help_text) in SUBCOMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
