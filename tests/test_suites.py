@@ -299,3 +299,19 @@ def test_pilot_references_are_targets_only(tmp_path):
     assert suite.metric_availability()["accuracy"].startswith("unavailable")
     assert suite.metric_availability()["tvd"] == "available"
     assert "no licence" in suite.licence
+
+
+def test_register_suite_outside_benchmarks(tmp_path):
+    from noulengine.eval.suites import register_suite
+    from noulengine.eval.suites import registry
+
+    dst = _copy(get_suite("toolace"), tmp_path).directory
+    manifest = json.loads((dst / "manifest.json").read_text())
+    manifest["name"] = "my-toolace"
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+    try:
+        suite = register_suite(dst)
+        assert get_suite("my-toolace") is suite and "my-toolace" in list_suites()
+        assert "my-toolace" not in default_tasks()
+    finally:
+        registry._extra.pop("my-toolace", None)
