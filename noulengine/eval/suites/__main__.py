@@ -28,7 +28,11 @@ def main(argv: list[str] | None = None) -> int:
         for name in list_suites():
             print(name)
         return 0
-    names = list_suites() if args.all else expand_tasks(args.suites or None)
+    try:
+        names = list_suites() if args.all else expand_tasks(args.suites or None)
+    except SuiteError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     failed = 0
     for name in names:
         suite = get_suite(name)
