@@ -1,0 +1,272 @@
+"""Score engine answers against record targets: counts, proper scores, calibration, slices.
+
+Usage (torchmetrics style: arguments checked, then ``update`` per record, ``compute`` at the end)::
+
+    scorer = Scorer()
+    for record, answer_map in pairs:
+        scorer.update(record, answer_map)
+    report = scorer.compute()          # JSON-able dict
+
+or ``score(pairs)``. ``answer_map`` is the engine output for one record::
+
+    {"answers": {field: {"type", "labels", "probabilities": {label: p}, "confidence", "label"}},
+     "error": None | str}
+
+A *decision* is one target field of one record that has gold (a label, a distribution or both).
+A decision is *scored* when its answer passes :func:`~noulengine.metrics.validation.validate_answer`;
+otherwise it is an *error* (record-level error, missing field or invalid answer): it is never
+correct and it lowers coverage.
+
+Report keys (every metric in float64, ``None`` where no decision qualifies, never 0):
+
+* ``counts``: ``decisions``, ``hard_labelled``, ``soft_labelled``, ``scored``, ``errors``,
+  ``coverage`` (scored / decisions) and ``error_kinds``.
+* ``accuracy``: correct / hard-labelled decisions, errors counted wrong (decision level, so a
+  row with three fields counts three times). ``accuracy_scored``: the same over scored decisions.
+* ``rows_all_correct``: share of rows whose hard-labelled fields are all correct.
+* ``nll``, ``brier``, ``ece``: hard-label scores over scored hard-labelled decisions; confidence
+  for ECE is the maximum normalised probability (the answer's own ``confidence`` is not used).
+* ``ordinal``: ``{"n", "mae", "rps"}`` over scored hard-labelled ``score`` decisions.
+* ``distribution``: ``{"n", "kl", "brier_vs_distribution", "tvd", "status"}`` over scored
+  decisions with a gold distribution; ``status`` is ``"unavailable"`` (values ``None``) when none.
+* ``slots``: predicted vs gold share per candidate slot (see :mod:`noulengine.metrics.slots`).
+* ``slices``: ``{dimension: {value: <the same report without slices>}}`` for the dimensions
+  ``suite`` (``record.metadata["suite"]``), ``type``, ``field`` and ``category``; a dimension is
+  left out when no decision has a value for it, and a missing value is keyed ``"<none>"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from noulengine.metrics import functional as F
+from noulengine.metrics.calibration import N_BINS, expected_calibration_error
+from noulengine.metrics.slots import slot_shares
+from noulengine.metrics.validation import answer_probabilities, validate_answer
+from noulengine.records.schema import Question, Record
+
+SLICE_DIMENSIONS = ("suite", "type", "field", "category")
+NONE_KEY = "<none>"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One scored (or errored) target field; an internal row of the scorer, exposed for tests."""
+
+    row: int
+    field: str
+    type: str
+    category: str | None
+    suite: str | None
+    num_candidates: int
+    gold: int | None
+    gold_distribution: tuple[float, ...] | None
+    probs: tuple[float, ...] | None
+    error: str | None
+
+    @property
+    def scored(self) -> bool:
+        return self.probs is not None
+
+    @property
+    def predicted(self) -> int | None:
+        if self.probs is None:
+            return None
+        return max(range(len(self.probs)), key=lambda k: (self.probs[k], -k))
+
+    @property
+    def correct(self) -> bool:
+        return self.gold is not None and self.predicted == self.gold
+
+    def slice_value(self, dimension: str) -> str | None:
+        return getattr(self, dimension)
+
+
+def _check_update_args(record: Any, answer_map: Any) -> None:
+    if not isinstance(record, Record):
+        raise TypeError(f"record must be a noulengine.records.schema.Record, got {type(record).__name__}")
+    if not isinstance(answer_map, dict):
+        raise TypeError(f"answer_map must be a dict with 'answers' and 'error', got {type(answer_map).__name__}")
+    answers = answer_map.get("answers")
+    if answers is not None and not isinstance(answers, dict):
+        raise TypeError(f"answer_map['answers'] must be a field -> answer dict, got {type(answers).__name__}")
+    questions = {q.field for q in record.request.questions}
+    unknown = [f for f in record.targets if f not in questions]
+    if unknown:
+        raise ValueError(f"record {record.id!r}: targets for unknown questions {unknown}")
+
+
+def _gold(question: Question, target) -> tuple[int | None, tuple[float, ...] | None]:
+    labels = list(question.labels)
+    gold = labels.index(target.label) if target.label is not None else None
+    dist = None
+    if target.probabilities is not None:
+        dist = tuple(float(target.probabilities.get(lab, 0.0)) for lab in labels)
+    return gold, dist
+
+
+class Scorer:
+    """Accumulates decisions with :meth:`update`; :meth:`compute` returns the report dict.
+
+    Args:
+        n_bins: ECE bins (15 by default).
+        slice_by: slice dimensions to report, a subset of :data:`SLICE_DIMENSIONS`.
+    """
+
+    def __init__(self, *, n_bins: int = N_BINS, slice_by: Sequence[str] = SLICE_DIMENSIONS):
+        bad = [d for d in slice_by if d not in SLICE_DIMENSIONS]
+        if bad:
+            raise ValueError(f"slice_by must name dimensions from {list(SLICE_DIMENSIONS)}, got {bad}")
+        self.n_bins = n_bins
+        self.slice_by = tuple(slice_by)
+        self.reset()
+
+    def reset(self) -> None:
+        self.decisions: list[Decision] = []
+        self._rows = 0
+
+    def update(self, record: Record, answer_map: dict) -> None:
+        """Add one record's decisions.
+
+        Raises:
+            TypeError: ``record`` is not a Record or ``answer_map`` is not shaped as documented.
+            ValueError: the record has targets for questions it does not ask.
+        """
+        _check_update_args(record, answer_map)
+        row = self._rows
+        self._rows += 1
+        questions = {q.field: q for q in record.request.questions}
+        answers = answer_map.get("answers") or {}
+        record_error = answer_map.get("error")
+        suite = record.metadata.get("suite") if isinstance(record.metadata, dict) else None
+        for fld, target in record.targets.items():
+            q = questions[fld]
+            gold, dist = _gold(q, target)
+            if gold is None and dist is None:
+                continue
+            probs, error = None, None
+            if record_error is not None:
+                error = "record_error"
+            elif fld not in answers:
+                error = "missing_answer"
+            elif validate_answer(answers[fld], q.labels):
+                error = "invalid_answer"
+            else:
+                probs = tuple(answer_probabilities(answers[fld], q.labels))
+            self.decisions.append(Decision(
+                row=row, field=fld, type=q.type, category=record.category,
+                suite=str(suite) if suite is not None else None, num_candidates=q.num_candidates,
+                gold=gold, gold_distribution=dist, probs=probs, error=error,
+            ))
+
+    def reliability_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(confidences, correct)`` float64 tensors of the scored hard-labelled decisions,
+        ready for :func:`noulengine.metrics.reliability.plot_reliability`."""
+        rows = [d for d in self.decisions if d.scored and d.gold is not None]
+        conf = torch.tensor([max(d.probs) for d in rows], dtype=torch.float64)
+        ok = torch.tensor([float(d.correct) for d in rows], dtype=torch.float64)
+        return conf, ok
+
+    def compute(self) -> dict:
+        """The JSON-able report described in the module docstring."""
+        report = summarize(self.decisions, n_bins=self.n_bins)
+        slices = {}
+        for dim in self.slice_by:
+            values = [d.slice_value(dim) for d in self.decisions]
+            if all(v is None for v in values):
+                continue
+            groups: dict[str, list[Decision]] = {}
+            for d, v in zip(self.decisions, values):
+                groups.setdefault(NONE_KEY if v is None else v, []).append(d)
+            slices[dim] = {k: summarize(g, n_bins=self.n_bins) for k, g in sorted(groups.items())}
+        report["slices"] = slices
+        return report
+
+
+def score(pairs: Iterable[tuple[Record, dict]], **kwargs) -> dict:
+    """Score ``(record, answer_map)`` pairs in one call; ``kwargs`` go to :class:`Scorer`."""
+    scorer = Scorer(**kwargs)
+    for record, answer_map in pairs:
+        scorer.update(record, answer_map)
+    return scorer.compute()
+
+
+# ---------------------------------------------------------------------------------------------
+# Summaries of a list of decisions.
+
+
+def _padded(rows: list[tuple[float, ...]]) -> torch.Tensor:
+    k = max(len(r) for r in rows)
+    out = torch.zeros(len(rows), k, dtype=torch.float64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r, dtype=torch.float64)
+    return out
+
+
+def _f(t: torch.Tensor) -> float:
+    return float(t.item())
+
+
+def summarize(decisions: Sequence[Decision], *, n_bins: int = N_BINS) -> dict:
+    """The report (without slices) for one set of decisions."""
+    n = len(decisions)
+    hard = [d for d in decisions if d.gold is not None]
+    soft = [d for d in decisions if d.gold_distribution is not None]
+    scored = [d for d in decisions if d.scored]
+    kinds: dict[str, int] = {}
+    for d in decisions:
+        if d.error is not None:
+            kinds[d.error] = kinds.get(d.error, 0) + 1
+    out: dict[str, Any] = {
+        "counts": {
+            "decisions": n,
+            "hard_labelled": len(hard),
+            "soft_labelled": len(soft),
+            "scored": len(scored),
+            "errors": n - len(scored),
+            "coverage": len(scored) / n if n else None,
+            "error_kinds": dict(sorted(kinds.items())),
+        },
+    }
+    n_correct = sum(d.correct for d in hard)
+    hard_scored = [d for d in hard if d.scored]
+    out["accuracy"] = n_correct / len(hard) if hard else None
+    out["accuracy_scored"] = n_correct / len(hard_scored) if hard_scored else None
+
+    rows: dict[int, bool] = {}
+    for d in hard:
+        rows[d.row] = rows.get(d.row, True) and d.correct
+    out["rows_all_correct"] = sum(rows.values()) / len(rows) if rows else None
+    out["rows"] = len(rows)
+
+    out.update({"nll": None, "brier": None, "ece": None, "slots": []})
+    if hard_scored:
+        p = _padded([d.probs for d in hard_scored])
+        y = torch.tensor([d.gold for d in hard_scored], dtype=torch.int64)
+        correct = (p.argmax(dim=1) == y).to(torch.float64)
+        out["nll"] = _f(F.nll(p, y))
+        out["brier"] = _f(F.brier(p, y))
+        out["ece"] = _f(expected_calibration_error(p.max(dim=1).values, correct, n_bins))
+        out["slots"] = slot_shares(p.argmax(dim=1), y, num_slots=p.shape[1])
+
+    ordinal = [d for d in hard_scored if d.type == "score"]
+    out["ordinal"] = {"n": len(ordinal), "mae": None, "rps": None}
+    if ordinal:
+        p = _padded([d.probs for d in ordinal])
+        y = torch.tensor([d.gold for d in ordinal], dtype=torch.int64)
+        lv = torch.tensor([d.num_candidates for d in ordinal], dtype=torch.int64)
+        out["ordinal"].update(mae=_f(F.ordinal_mae(p, y)), rps=_f(F.rps(p, y, lv)))
+
+    soft_scored = [d for d in soft if d.scored]
+    dist = {"n": len(soft_scored), "kl": None, "brier_vs_distribution": None, "tvd": None,
+            "status": "unavailable"}
+    if soft_scored:
+        p = _padded([d.probs for d in soft_scored])
+        q = _padded([d.gold_distribution for d in soft_scored])
+        dist.update(kl=_f(F.kl_divergence(q, p)), brier_vs_distribution=_f(F.brier_distribution(p, q)),
+                    tvd=_f(F.total_variation(p, q)), status="ok")
+    out["distribution"] = dist
+    return out

@@ -1,0 +1,126 @@
+"""The scorer over (record, answer_map) pairs, checked against hand-computed values."""
+
+import json
+import math
+
+import pytest
+
+from noulengine.metrics.scorer import Scorer, score
+from noulengine.records.schema import parse_record
+
+QUESTIONS = {
+    "pick": {"type": "choice", "instructions": "pick", "criteria": {"a": None, "b": None, "c": None}},
+    "level": {"type": "score", "instructions": "rate", "criteria": ["low", "mid", "high"]},
+}
+NOUL = {"ok": {"type": "noul", "instructions": "ok?"}}
+
+
+def rec(rid, questions, targets, **extra):
+    return parse_record({"id": rid, "state": "s", "questions": questions, "targets": targets, **extra})
+
+
+def answer(labels, probs, qtype="choice"):
+    return {"type": qtype, "labels": labels, "probabilities": dict(zip(labels, probs)),
+            "confidence": max(probs), "label": labels[probs.index(max(probs))]}
+
+
+ABC, LVL, YN = ["a", "b", "c"], ["0", "1", "2"], ["no", "yes"]
+
+
+def pairs():
+    r1 = rec("r1", QUESTIONS, {"pick": {"label": "a"}, "level": {"label": 2}}, category="x", suite="s1")
+    a1 = {"answers": {"pick": answer(ABC, [0.7, 0.2, 0.1]), "level": answer(LVL, [0.2, 0.5, 0.3], "score")},
+          "error": None}
+    r2 = rec("r2", NOUL, {"ok": {"label": "yes", "probabilities": {"yes": 0.8, "no": 0.2}}}, category="y")
+    a2 = {"answers": {"ok": answer(YN, [0.4, 0.6], "noul")}, "error": None}
+    r3 = rec("r3", QUESTIONS, {"pick": {"label": "b"}})
+    a3 = {"answers": {}, "error": "boom"}
+    r4 = rec("r4", QUESTIONS, {"pick": {"label": "a"}, "level": {"label": 0}})
+    a4 = {"answers": {"pick": answer(ABC, [1.0, 0.3, 0.2])}, "error": None}  # sums to 1.5; level missing
+    return [(r1, a1), (r2, a2), (r3, a3), (r4, a4)]
+
+
+def test_report_by_hand():
+    rep = score(pairs())
+    json.dumps(rep, allow_nan=False)  # JSON-able
+    c = rep["counts"]
+    assert (c["decisions"], c["hard_labelled"], c["soft_labelled"], c["scored"], c["errors"]) == (6, 6, 1, 3, 3)
+    assert c["coverage"] == 0.5
+    assert c["error_kinds"] == {"invalid_answer": 1, "missing_answer": 1, "record_error": 1}
+    assert rep["accuracy"] == pytest.approx(2 / 6)  # decision level, errors are wrong
+    assert rep["accuracy_scored"] == pytest.approx(2 / 3)
+    assert rep["rows_all_correct"] == pytest.approx(1 / 4) and rep["rows"] == 4
+    assert rep["nll"] == pytest.approx(-(math.log(0.7) + math.log(0.3) + math.log(0.6)) / 3, abs=1e-12)
+    assert rep["brier"] == pytest.approx((0.14 + 0.78 + 0.32) / 3, abs=1e-12)
+    # confidences 0.7 (bin 10, right), 0.5 (bin 7, wrong), 0.6 (bin 8, right): (0.3 + 0.5 + 0.4) / 3
+    assert rep["ece"] == pytest.approx(0.4, abs=1e-12)
+    assert rep["ordinal"] == {"n": 1, "mae": pytest.approx(0.9), "rps": pytest.approx(0.265)}
+    d = rep["distribution"]
+    assert d["status"] == "ok" and d["n"] == 1
+    assert d["kl"] == pytest.approx(0.2 * math.log(0.2 / 0.4) + 0.8 * math.log(0.8 / 0.6), abs=1e-12)
+    assert d["brier_vs_distribution"] == pytest.approx(0.08, abs=1e-12)
+    assert d["tvd"] == pytest.approx(0.2, abs=1e-12)
+    slots = rep["slots"]  # predicted [0, 1, 1], gold [0, 2, 1]
+    assert [s["predicted"] for s in slots] == [1, 2, 0]
+    assert [s["gold"] for s in slots] == [1, 1, 1]
+    assert slots[2]["flags"] == ["never_predicted"]
+
+
+def test_slices():
+    sl = score(pairs())["slices"]
+    assert set(sl) == {"suite", "type", "field", "category"}
+    assert sl["type"]["choice"]["counts"]["decisions"] == 3
+    assert sl["type"]["choice"]["accuracy"] == pytest.approx(1 / 3)
+    assert sl["type"]["noul"]["accuracy"] == 1.0
+    assert sl["type"]["score"]["accuracy"] == 0.0 and sl["type"]["score"]["ordinal"]["n"] == 1
+    assert sl["type"]["choice"]["ordinal"] == {"n": 0, "mae": None, "rps": None}
+    assert sl["category"]["<none>"]["counts"]["decisions"] == 3
+    assert sl["suite"]["s1"]["counts"]["decisions"] == 2
+    assert set(sl["field"]) == {"pick", "level", "ok"}
+    assert "slices" not in sl["field"]["pick"]
+
+
+def test_soft_metrics_unavailable_not_zero():
+    rep = score(pairs()[:1])
+    assert rep["distribution"] == {"n": 0, "kl": None, "brier_vs_distribution": None, "tvd": None,
+                                   "status": "unavailable"}
+    assert "suite" in rep["slices"] and "category" in rep["slices"]
+
+
+def test_distribution_only_gold_scores_soft_but_not_hard():
+    r = rec("r", NOUL, {"ok": {"probabilities": {"yes": 0.5, "no": 0.5}}})
+    rep = score([(r, {"answers": {"ok": answer(YN, [0.5, 0.5], "noul")}, "error": None})])
+    assert rep["counts"]["hard_labelled"] == 0 and rep["accuracy"] is None and rep["nll"] is None
+    assert rep["distribution"]["kl"] == 0.0 and rep["distribution"]["status"] == "ok"
+
+
+def test_invalid_answer_never_correct():
+    r = rec("r", NOUL, {"ok": {"label": "yes"}})
+    bad = {"answers": {"ok": answer(YN, [0.0, 2.0], "noul")}, "error": None}
+    rep = score([(r, bad)])
+    assert rep["accuracy"] == 0.0 and rep["counts"]["errors"] == 1 and rep["counts"]["coverage"] == 0.0
+    assert rep["nll"] is None and rep["ece"] is None and rep["rows_all_correct"] == 0.0
+
+
+def test_multi_field_rows_decision_level():
+    r = rec("r", QUESTIONS, {"pick": {"label": "a"}, "level": {"label": 0}})
+    a = {"answers": {"pick": answer(ABC, [0.8, 0.1, 0.1]), "level": answer(LVL, [0.1, 0.8, 0.1], "score")},
+         "error": None}
+    rep = score([(r, a), (r, a)])
+    assert rep["accuracy"] == 0.5 and rep["rows_all_correct"] == 0.0
+
+
+def test_update_argument_checks_and_reset():
+    s = Scorer()
+    with pytest.raises(TypeError, match="Record"):
+        s.update({"id": "x"}, {"answers": {}, "error": None})
+    r = rec("r", NOUL, {"ok": {"label": "yes"}})
+    with pytest.raises(TypeError, match="answer_map"):
+        s.update(r, None)
+    with pytest.raises(ValueError, match="slice_by"):
+        Scorer(slice_by=("nope",))
+    s.update(r, {"answers": {"ok": answer(YN, [0.2, 0.8], "noul")}, "error": None})
+    conf, ok = s.reliability_inputs()
+    assert conf.tolist() == [0.8] and ok.tolist() == [1.0]
+    s.reset()
+    assert s.compute()["counts"]["decisions"] == 0
