@@ -1,0 +1,87 @@
+"""``python -m noulengine.eval --suite accuracy-v1 [...]`` (also ``noulengine eval``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from noulengine.cli import add_engine_args
+
+    p = argparse.ArgumentParser(prog="python -m noulengine.eval",
+                                description="Evaluate a model on pinned benchmark suites.")
+    p.add_argument("--suite", default="accuracy-v1", help="the suite collection (default accuracy-v1)")
+    p.add_argument("--tasks", help="comma-separated suites or groups (default: the collection's list)")
+    p.add_argument("--limit", type=int, help="the first N rows of each suite")
+    p.add_argument("--sample", type=int, help="a fixed-seed sample of N rows of each suite")
+    p.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
+    p.add_argument("--output", default="runs/latest", help="run folder (default runs/latest); an existing "
+                   "predictions.jsonl there is resumed")
+    p.add_argument("--source", help="raw data folder (default $NOULENGINE_DATA or ../shared/data)")
+    p.add_argument("--chunk", type=int, default=64, help="requests handed to the engine at a time")
+    p.add_argument("--no-progress", action="store_true")
+    add_engine_args(p)
+    return p
+
+
+def _run_key(args, engine) -> dict:
+    """What must match for a run folder to be resumed."""
+    d = engine.describe()
+    return {"suite": args.suite, "model_sha256": (d["model"] or {}).get("sha256"), "readout": args.readout,
+            "debias": args.debias, "calibration": args.calibration, "dtype": d["dtype"],
+            "limit": args.limit, "sample": args.sample, "seed": args.seed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from noulengine.cli import engine_from_args
+    from noulengine.eval.report import git_revision, library_versions, write_outputs
+    from noulengine.eval.runner import EvalConfig, run_eval
+    from noulengine.eval.suites import expand_tasks
+    from noulengine.eval.suites.errors import SuiteError
+
+    args = build_parser().parse_args(argv)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
+    try:
+        expand_tasks(tasks, collection=args.suite)  # unknown names fail before the model loads
+    except SuiteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.output)
+    t_load = time.perf_counter()
+    engine = engine_from_args(args)
+    load_s = time.perf_counter() - t_load
+    key = _run_key(args, engine)
+    key_path = out / "run_key.json"
+    if key_path.is_file() and (out / "predictions.jsonl").is_file():
+        old = json.loads(key_path.read_text())
+        if old != key:
+            diff = {k: (old.get(k), v) for k, v in key.items() if old.get(k) != v}
+            print(f"error: {out} holds predictions of a different run {diff}; use another --output", file=sys.stderr)
+            return 2
+    out.mkdir(parents=True, exist_ok=True)
+    key_path.write_text(json.dumps(key, indent=2) + "\n")
+    cfg = EvalConfig(suite=args.suite, tasks=tasks, limit=args.limit, sample=args.sample, seed=args.seed,
+                     output=str(out), chunk=args.chunk, source=args.source, progress=not args.no_progress)
+    t0 = time.perf_counter()
+    try:
+        results = run_eval(engine, cfg)
+    except SuiteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    meta = {"suite": args.suite, "tasks": [r.name for r in results], "git_revision": git_revision(),
+            "engine": engine.describe(), "versions": library_versions(),
+            "selection": {"limit": args.limit, "sample": args.sample, "seed": args.seed},
+            "model_load_s": load_s, "wall_s": time.perf_counter() - t0,
+            "command": "python -m noulengine.eval " + " ".join(argv if argv is not None else sys.argv[1:])}
+    metrics = write_outputs(results, out, meta)
+    print((out / "report.md").read_text())
+    failed = [n for n, m in metrics.items() if m["status"] not in ("ready", "preparable", "unavailable")]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

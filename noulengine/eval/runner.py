@@ -1,0 +1,168 @@
+"""Evaluation runner: verified suites in, resumable predictions and scored metrics out.
+
+Protocol, per task:
+
+1. look the suite up in the registry; report it ``unavailable`` (never scored 0) when its data
+   is absent, and refuse it when a prepared file's sha256 differs from its manifest;
+2. select rows (``--sample N --seed S`` draws a fixed-seed sample, ``--limit N`` the first N);
+3. run the engine on the rows not yet in ``predictions.jsonl`` (an interrupted run resumes with
+   no lost or duplicated rows; a per-record failure is written as an error row);
+4. score every selected row with :class:`noulengine.metrics.Scorer` (errors count in coverage).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from noulengine.eval.suites import expand_tasks, get_suite, limit_rows, sample_rows
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation settings (the CLI flags beyond the engine's).
+
+    Attributes:
+        suite: the collection (``accuracy-v1``).
+        tasks: suite names or groups (None: the collection's default list).
+        limit: the first N rows of each suite (None: all).
+        sample: a fixed-seed sample of N rows of each suite (None: all).
+        seed: the sample's seed.
+        output: the run folder (predictions, metrics, report, plots, metadata).
+        chunk: requests handed to the engine at a time (predictions are appended per chunk).
+    """
+
+    suite: str = "accuracy-v1"
+    tasks: list[str] | None = None
+    limit: int | None = None
+    sample: int | None = None
+    seed: int = 0
+    output: str = "runs/latest"
+    chunk: int = 64
+    source: str | None = None
+    progress: bool = True
+
+
+@dataclass
+class TaskResult:
+    name: str
+    status: str
+    reason: str = ""
+    rows: int = 0
+    metrics: dict | None = None
+    notes: list[str] = field(default_factory=list)
+    licence: str = ""
+    seconds: float = 0.0
+    new_predictions: int = 0
+    input_tokens: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+
+def read_predictions(path: Path) -> dict[tuple[str, int], dict]:
+    """Existing predictions keyed by ``(suite, row)``; a torn last line (a killed run) is dropped
+    and the file is rewritten without it, so appending resumes cleanly."""
+    done: dict[tuple[str, int], dict] = {}
+    if not path.is_file():
+        return done
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    good = []
+    for i, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break  # torn tail from an interrupted write
+            raise ValueError(f"{path}:{i + 1}: not valid JSON; refusing to resume from a corrupt predictions file")
+        if not line.endswith("\n"):
+            break
+        done[(row["suite"], int(row["row"]))] = row
+        good.append(line)
+    if len(good) != len(lines):
+        path.write_text("".join(good), encoding="utf-8")
+    return done
+
+
+def run_eval(engine, config: EvalConfig) -> list[TaskResult]:
+    """Run (or resume) an evaluation; returns one :class:`TaskResult` per task.
+
+    Raises:
+        UnknownSuiteError: a task name is not registered (with a did-you-mean).
+        PreparedFileChangedError: a prepared file differs from its manifest (before inference).
+    """
+    from tqdm import tqdm
+
+    from noulengine.metrics import Scorer
+
+    out_dir = Path(config.output)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pred_path = out_dir / "predictions.jsonl"
+    done = read_predictions(pred_path)
+    names = expand_tasks(config.tasks, collection=config.suite)
+    results: list[TaskResult] = []
+    suites = {}
+    for name in names:  # every check before any inference
+        suite = get_suite(name)
+        status = suite.available(config.source)
+        if status.state == "changed":
+            # Refuse before any inference: verify()/prepare() raise the hash-mismatch error.
+            if suite.prepared_path.is_file():
+                suite.verify()
+            suite.prepare(source=config.source)
+        suites[name] = (suite, status)
+    with pred_path.open("a", encoding="utf-8") as sink:
+        for name in names:
+            suite, status = suites[name]
+            res = TaskResult(name=name, status=status.state, reason=status.reason, licence=suite.licence,
+                             notes=suite.report_notes())
+            results.append(res)
+            if not status:
+                res.status = "unavailable"
+                continue
+            rows = suite.load(source=config.source)  # prepares if needed, verifies the sha256 first
+            res.status, res.reason = "ready", ""
+            if config.sample is not None:
+                rows = sample_rows(rows, config.sample, seed=config.seed)
+            if config.limit is not None:
+                rows = limit_rows(rows, config.limit)
+            for _, rec in rows:
+                rec.metadata["suite"] = name
+            todo = [(i, rec) for i, rec in rows if (name, i) not in done]
+            res.rows = len(rows)
+            t0 = time.perf_counter()
+            bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc=name, unit="req",
+                       disable=not config.progress)
+            for start in range(0, len(todo), config.chunk):
+                part = todo[start:start + config.chunk]
+                decisions = engine.decide_batch([rec.request for _, rec in part])
+                for (i, rec), dec in zip(part, decisions):
+                    row = {"suite": name, "row": i, **dec.to_dict()}
+                    sink.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+                    done[(name, i)] = row
+                sink.flush()
+                bar.update(len(part))
+            bar.close()
+            res.seconds = time.perf_counter() - t0
+            res.new_predictions = len(todo)
+            scorer = Scorer()
+            for i, rec in rows:
+                pred = done[(name, i)]
+                scorer.update(rec, pred)
+                res.input_tokens += pred.get("usage", {}).get("input_tokens", 0)
+                if pred.get("error") is None:
+                    res.latencies.append(pred.get("latency_s", 0.0))
+            res.metrics = scorer.compute()
+            res.metrics["reliability"] = _reliability(scorer, out_dir, name)
+    return results
+
+
+def _reliability(scorer, out_dir: Path, name: str) -> str | None:
+    conf, ok = scorer.reliability_inputs()
+    if conf.numel() == 0:
+        return None
+    from noulengine.metrics import plot_reliability
+
+    path = out_dir / f"reliability_{name}.png"
+    plot_reliability(conf, ok, path, title=f"{name}: reliability (15 bins)")
+    return path.name

@@ -1,0 +1,101 @@
+"""``noulengine score --suite S --predictions FILE``: score answers produced by any system.
+
+Accepted prediction rows (JSONL), matched to suite rows by ``row`` (0-based) or else by ``id``:
+
+* noulengine's own rows (``{"row"?, "id", "answers": {field: {"probabilities": {...}}}, "error"}``);
+* ``/v1/systemone`` responses (``{"id", "answers": {field: {"type": "noul", "noul": p}}}``;
+  choice/score answers carry ``probabilities``), wrapped as ``{"id": ..., "response": {...}}`` or
+  given directly.
+
+Every answer is validated before scoring (finite, in [0, 1], every candidate present, sum
+within 0.01); an invalid or missing answer counts as an error, never as correct.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def to_answer_map(row: dict, record) -> dict:
+    """Normalise one prediction row to the scorer's ``{"answers": {field: {"probabilities"}}, "error"}``."""
+    body = row.get("response", row)
+    if row.get("error") is not None:
+        return {"answers": {}, "error": row["error"]}
+    answers = {}
+    questions = {q.field: q for q in record.request.questions}
+    for fld, ans in (body.get("answers") or {}).items():
+        if not isinstance(ans, dict) or fld not in questions:
+            continue
+        if "probabilities" not in ans and ans.get("type") == "noul" and isinstance(ans.get("noul"), (int, float)):
+            p = float(ans["noul"])
+            ans = {**ans, "probabilities": {"no": 1.0 - p, "yes": p}}
+        answers[fld] = ans
+    return {"answers": answers, "error": None}
+
+
+def score_file(suite_name: str, predictions: str | Path, *, source=None) -> dict:
+    """Score a predictions file against a verified suite.
+
+    Rows of the suite with no prediction count as errors (coverage < 1). Raises ``ValueError``
+    for a prediction that names a row or id the suite does not have, or names one twice.
+    """
+    from noulengine.eval.suites import get_suite
+    from noulengine.metrics import Scorer
+    from noulengine.records.loader import iter_jsonl, parse_json_line
+
+    suite = get_suite(suite_name)
+    rows = suite.load(source=source)
+    by_row = {i: rec for i, rec in rows}
+    by_id: dict[str, list[int]] = {}
+    for i, rec in rows:
+        by_id.setdefault(rec.id, []).append(i)
+    got: dict[int, dict] = {}
+    for n, text in iter_jsonl(predictions):
+        row = parse_json_line(text, file=predictions, line=n)
+        if row.get("suite") not in (None, suite_name):
+            continue
+        if "row" in row:
+            idx = int(row["row"])
+        else:
+            ids = by_id.get(row.get("id"), [])
+            if len(ids) != 1:
+                raise ValueError(f"{predictions}:{n}: id {row.get('id')!r} matches {len(ids)} suite rows; give 'row'")
+            idx = ids[0]
+        if idx not in by_row:
+            raise ValueError(f"{predictions}:{n}: suite {suite_name!r} has no row {idx}")
+        if idx in got:
+            raise ValueError(f"{predictions}:{n}: row {idx} predicted twice")
+        got[idx] = to_answer_map(row, by_row[idx])
+    scorer = Scorer()
+    for i, rec in rows:
+        rec.metadata["suite"] = suite_name
+        scorer.update(rec, got.get(i, {"answers": {}, "error": "missing prediction"}))
+    report = scorer.compute()
+    report["predictions_matched"] = len(got)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="noulengine score", description=__doc__.split("\n")[0])
+    p.add_argument("--suite", required=True, help="suite name (e.g. agnews)")
+    p.add_argument("--predictions", required=True, help="JSONL predictions file")
+    p.add_argument("--source", help="raw data folder")
+    p.add_argument("--output", help="write the metrics JSON here")
+    args = p.parse_args(argv)
+    try:
+        report = score_file(args.suite, args.predictions, source=args.source)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    text = json.dumps(report, indent=2, allow_nan=False)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
