@@ -15,6 +15,16 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _no_duplicate_keys(pairs):
+    obj = {}
+    for key, value in pairs:
+        if key in obj:
+            # Python's json keeps the last value silently; a duplicate label would vanish.
+            raise ValueError(f"duplicate key {key!r} in a JSON object (duplicate labels are not allowed)")
+        obj[key] = value
+    return obj
+
+
 def parse_json_line(text: str, *, file=None, line=None):
     """Parse one JSONL line strictly (no NaN/Infinity, no BOM, no blank line).
 
@@ -26,7 +36,7 @@ def parse_json_line(text: str, *, file=None, line=None):
     if not text.strip():
         raise RecordError("blank line; JSONL needs one JSON object per line", file=file, line=line)
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
     except ValueError as exc:
         raise RecordError(f"invalid JSON: {exc}", file=file, line=line) from None
 

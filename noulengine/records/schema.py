@@ -283,7 +283,8 @@ def parse_record(obj: Any) -> Record:
     rid = obj.get("id")
     if not isinstance(rid, str) or not rid:
         raise _fail(None, "id", f"every record needs a non-empty string id, got {rid!r}")
-    _check_finite(obj, rid, "record")
+    for key, value in obj.items():
+        _check_finite(value, rid, key)
     if "state" not in obj:
         raise _fail(rid, "state", "state is required (any JSON value)")
     questions = parse_questions(obj.get("questions"), record_id=rid)
