@@ -1,0 +1,72 @@
+"""The evaluation runner on a tiny model: predictions, resume without loss or duplicates, outputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from noulengine import Engine
+from noulengine.eval.report import write_outputs
+from noulengine.eval.runner import EvalConfig, run_eval
+from noulengine.eval.score import score_file
+from tests.conftest import SHARED_DATA
+
+pytestmark = pytest.mark.skipif(not (SHARED_DATA / "agnews" / "test.csv").is_file(), reason="shared data not present")
+
+
+def _run(engine, out, **kw):
+    cfg = EvalConfig(tasks=["agnews", "typed_decisions", "jevbench_easy"], limit=3, output=str(out), progress=False, **kw)
+    return run_eval(engine, cfg)
+
+
+def test_run_resume_and_outputs(tiny_llama, tiny_tokenizer, tmp_path):
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer)
+    results = _run(engine, tmp_path)
+    pred = tmp_path / "predictions.jsonl"
+    rows = [json.loads(x) for x in pred.read_text().splitlines()]
+    assert len(rows) == 9 and {r["suite"] for r in rows} == {"agnews", "typed_decisions", "jevbench_easy"}
+    typed = next(r for r in results if r.name == "typed_decisions")
+    assert typed.metrics["counts"]["decisions"] == 15  # decision level: 3 rows x 5 fields
+    assert typed.metrics["distribution"]["status"] != "unavailable"  # soft gold present
+    easy = next(r for r in results if r.name == "jevbench_easy")
+    assert easy.metrics["distribution"]["tvd"] is None  # no gold_probs: unavailable, not zero
+
+    # Simulate a run killed mid-write: drop two rows and leave a torn line.
+    text = pred.read_text().splitlines(keepends=True)
+    pred.write_text("".join(text[:-2]) + text[-2][:25])
+    again = _run(engine, tmp_path)
+    rows2 = [json.loads(x) for x in pred.read_text().splitlines()]
+    keys = [(r["suite"], r["row"]) for r in rows2]
+    assert len(keys) == len(set(keys)) == 9
+    assert sum(r.new_predictions for r in again) == 2
+    for a, b in zip(results, again):
+        assert a.metrics["accuracy"] == b.metrics["accuracy"]
+
+    meta = {"suite": "accuracy-v1", "engine": engine.describe(), "selection": {"limit": 3}, "git_revision": None}
+    write_outputs(again, tmp_path, meta)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert set(metrics) == {"agnews", "typed_decisions", "jevbench_easy"}
+    report = (tmp_path / "report.md").read_text()
+    assert "| agnews | ready | 3 |" in report
+    assert (tmp_path / "reliability_agnews.png").stat().st_size > 1000
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["throughput"]["requests"] == 2
+
+    # `noulengine score` on the same predictions: rows not predicted count as errors.
+    scored = score_file("agnews", pred)
+    assert scored["predictions_matched"] == 3
+    assert scored["counts"]["scored"] == 3 and scored["counts"]["errors"] == scored["counts"]["decisions"] - 3
+
+
+def test_invalid_external_answers_count_as_errors(tmp_path):
+    bad = [{"row": 0, "answers": {"decision": {"probabilities": {"world": 0.7, "sports": 0.7, "business": 0,
+                                                                 "sci_tech": 0}}}},
+           {"row": 1, "answers": {"decision": {"probabilities": {"world": float("nan")}}}},
+           {"row": 2, "answers": {"decision": {"probabilities": {"world": 0.1, "sports": 0.1, "business": 0.1,
+                                                                 "sci_tech": 0.7}}}}]
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in bad).replace("NaN", "0.5") + "\n")
+    report = score_file("agnews", path)
+    assert report["counts"]["scored"] == 1
+    assert report["counts"]["error_kinds"]["invalid_answer"] == 2
