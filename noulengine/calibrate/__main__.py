@@ -1,0 +1,87 @@
+"""``noulengine calibrate``: fit temperatures on a validation file's calibration rows.
+
+Usage::
+
+    noulengine calibrate --validation val.jsonl [--validation more.jsonl] [--test test.jsonl]
+        [--model PATH] [--readout MODE] [--debias MODE] [--group global|type|type+options]
+        [--min-rows 50] [--limit-per-role N] [--output calibration.json]
+
+Writes the calibration JSON, two reliability diagrams (``<output stem>_reliability_{before,after}.png``)
+and prints a summary. Exit status: 0 ok, 2 refused input, 3 selection NLL got worse (file still written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from noulengine.cli import add_engine_args
+
+    ap = argparse.ArgumentParser(prog="noulengine calibrate", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--validation", action="append", required=True,
+                    help="validation JSONL with validation_role calibration/selection rows (repeatable)")
+    ap.add_argument("--test", action="append", default=[], help="a test file that must share no id or content")
+    ap.add_argument("--group", default="type+options", choices=("global", "type", "type+options"),
+                    help="one temperature per group (default type+options, with fallback to the parent)")
+    ap.add_argument("--min-rows", type=int, default=50, help="rows a group needs for its own temperature")
+    ap.add_argument("--limit-per-role", type=int, default=None,
+                    help="use at most N rows per role and file (label round-robin in file order)")
+    ap.add_argument("--output", default="calibration.json", help="the calibration file to write")
+    ap.add_argument("--no-plots", action="store_true", help="skip the reliability diagrams")
+    ap.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_engine_args(ap, skip=("calibration",))
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    from noulengine.calibrate.report import plot_before_after, summary_text
+    from noulengine.calibrate.run import run_calibration
+    from noulengine.calibrate.validation import ValidationFileError, limit_per_role, load_validation
+    from noulengine.cli import engine_from_args
+
+    args = build_parser().parse_args(argv)
+    try:
+        vset = load_validation(args.validation, test_paths=args.test)
+    except ValidationFileError as exc:
+        print(f"error: refusing the validation data: {exc}", file=sys.stderr)
+        return 2
+    if args.min_rows < 1 or (args.limit_per_role is not None and args.limit_per_role < 1):
+        print("error: --min-rows and --limit-per-role must be at least 1", file=sys.stderr)
+        return 2
+    args.calibration = None
+    engine = engine_from_args(args)
+    total = len(limit_per_role(vset.calibration, args.limit_per_role)) + len(
+        limit_per_role(vset.selection, args.limit_per_role))
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, unit="req", file=sys.stderr, disable=args.no_progress)
+    try:
+        run = run_calibration(engine, vset, group_by=args.group, min_rows=args.min_rows,
+                              limit_per_role_n=args.limit_per_role, progress=bar.update)
+    finally:
+        bar.close()
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not args.no_plots:
+        try:
+            pngs = plot_before_after(run, out.parent / f"{out.stem}_reliability")
+            run.data["reliability_diagrams"] = [str(p) for p in pngs]
+        except ImportError as exc:
+            run.data["warnings"].append(f"no reliability diagrams: {exc}")
+    out.write_text(json.dumps(run.data, indent=2) + "\n", encoding="utf-8")
+    print(summary_text(run.data))
+    print(f"wrote {out}")
+    if run.data["selection_nll_worse"]:
+        print("WARNING: selection NLL got WORSE after temperature scaling; the file is flagged "
+              "(selection_nll_worse: true). Check the data before using it.", file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
