@@ -69,17 +69,18 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
              f"device {meta['engine'].get('device')}, dtype {meta['engine'].get('dtype')}, readout "
              f"`{meta['engine'].get('readout')}`, debias `{meta['engine'].get('debias')}`, calibration "
              f"`{meta['engine'].get('calibration')}`. Rows: {meta.get('selection')}. Git `{meta.get('git_revision')}`.",
-             "", "| suite | status | rows | decisions | coverage | accuracy | NLL | Brier | ECE | ordinal MAE | TVD |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "", "| suite | status | rows | decisions | coverage | accuracy | NLL | Brier | ECE | ordinal MAE | TVD | flip rate |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         m = r.metrics
         if not m:
-            lines.append(f"| {r.name} | {r.status} | – | – | – | – | – | – | – | – | – |")
+            lines.append(f"| {r.name} | {r.status} | – | – | – | – | – | – | – | – | – | – |")
             continue
         c = m["counts"]
         lines.append(f"| {r.name} | {r.status} | {r.rows} | {c['decisions']} | {_fmt(c['coverage'], True)} | "
                      f"{_fmt(m['accuracy'], True)} | {_fmt(m['nll'])} | {_fmt(m['brier'])} | {_fmt(m['ece'])} | "
-                     f"{_fmt(m['ordinal']['mae'])} | {_fmt(m['distribution']['tvd']) if m['distribution']['tvd'] is not None else 'unavailable'} |")
+                     f"{_fmt(m['ordinal']['mae'])} | {_fmt(m['distribution']['tvd']) if m['distribution']['tvd'] is not None else 'unavailable'} | "
+                     f"{_fmt(m.get('flip_rate'))} |")
     for r in results:
         lines += ["", f"## {r.name}", "", f"Status: {r.status}. Licence: {r.licence.rstrip('.')}."]
         if r.status != "ready" and r.reason:

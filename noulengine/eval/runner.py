@@ -153,8 +153,16 @@ def run_eval(engine, config: EvalConfig) -> list[TaskResult]:
                 if pred.get("error") is None:
                     res.latencies.append(pred.get("latency_s", 0.0))
             res.metrics = scorer.compute()
+            res.metrics["flip_rate"] = _mean_flip_rate(done[(name, i)] for i, _ in rows)
             res.metrics["reliability"] = _reliability(scorer, out_dir, name)
     return results
+
+
+def _mean_flip_rate(predictions) -> float | None:
+    """Mean permutation flip rate over answers that carry one (``--debias permute``), else None."""
+    rates = [a["flip_rate"] for p in predictions for a in (p.get("answers") or {}).values()
+             if isinstance(a, dict) and a.get("flip_rate") is not None]
+    return sum(rates) / len(rates) if rates else None
 
 
 def _reliability(scorer, out_dir: Path, name: str) -> str | None:
