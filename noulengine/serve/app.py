@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import HTMLResponse, PlainTextResponse
 
 from noulengine.records.errors import RecordError
+from noulengine.records.images import check_image_list
 from noulengine.records.schema import request_from_json
 from noulengine.serve import systemone
 from noulengine.serve.auth import check_key
@@ -144,8 +145,13 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
             raise ApiError(400, "unsupported_modality",
                            f"field 'images': this model is text-only and cannot read images ({n} given); "
                            "use a vision-language model or remove the images")
+        def parse():
+            parsed = request_from_json(body)
+            check_image_list(parsed.images, record_id=parsed.id)  # count and combined-size limits
+            return parsed
+
         try:
-            return await run_in_threadpool(request_from_json, body)
+            return await run_in_threadpool(parse)
         except RecordError as exc:
             raise record_error_failure(exc, _question_ids(body)) from None
 
