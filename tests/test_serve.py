@@ -316,3 +316,28 @@ def test_worker_gathers_one_request_per_call_when_batching_is_off(engine):
     finally:
         w.stop()
     assert calls == [1, 1, 1, 1]
+
+
+# -- command line --------------------------------------------------------------------------------
+
+def test_cli_refuses_public_host_without_key(monkeypatch):
+    from noulengine.serve.__main__ import build_parser, config_from_args
+
+    parse = build_parser().parse_args
+    with pytest.raises(SystemExit, match="refusing to bind"):
+        config_from_args(parse(["--host", "0.0.0.0"]))
+    assert config_from_args(parse(["--host", "0.0.0.0", "--insecure"])).api_key is None
+    with pytest.raises(SystemExit, match="unset or empty"):
+        config_from_args(parse(["--api-key-env", "NOULENGINE_TEST_NO_SUCH_VAR"]))
+    monkeypatch.setenv("NOULENGINE_TEST_KEY", "k1")
+    cfg = config_from_args(parse(["--host", "0.0.0.0", "--api-key-env", "NOULENGINE_TEST_KEY", "--max-batch-tokens", "1"]))
+    assert cfg.api_key == "k1" and cfg.max_batch_tokens == 1
+    assert config_from_args(parse(["--host", "::1"])).api_key is None
+
+
+def test_cli_serve_verb_delegates(capsys):
+    from noulengine.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--help"])
+    assert exc.value.code == 0 and "--max-wait-ms" in capsys.readouterr().out
