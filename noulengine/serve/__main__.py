@@ -1,0 +1,89 @@
+"""``noulengine serve``: load the model once and serve it over HTTP with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from noulengine.serve.config import ServeConfig, is_loopback
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``noulengine serve`` argument parser (engine flags come from EngineConfig)."""
+    from noulengine.cli import add_engine_args
+
+    p = argparse.ArgumentParser(prog="noulengine serve", description="Serve decisions over HTTP (FastAPI + uvicorn).")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key clients must send")
+    p.add_argument("--insecure", action="store_true", help="allow a non-loopback --host without an API key")
+    p.add_argument("--max-batch-tokens", type=int, default=8192,
+                   help="padded tokens per forward pass; 1 = no dynamic batching (one request per pass)")
+    p.add_argument("--max-batch-requests", type=int, default=64, help="requests gathered into one engine call at most")
+    p.add_argument("--max-wait-ms", type=float, default=5.0, help="how long to wait for more requests to batch")
+    p.add_argument("--max-queue", type=int, default=256, help="queued + running requests at most (then 429)")
+    p.add_argument("--max-body-mb", type=float, default=48.0, help="request body limit in MiB (then 413)")
+    p.add_argument("--body-timeout-s", type=float, default=30.0, help="seconds to receive a request body (then 408)")
+    p.add_argument("--model-name", help="name reported in responses and /v1/models (default: the model's name)")
+    p.add_argument("--log-level", default="info")
+    add_engine_args(p, skip=("batch_tokens",))
+    return p
+
+
+def config_from_args(args: argparse.Namespace, engine=None) -> ServeConfig:
+    """A :class:`ServeConfig` from parsed flags; the API key is read from ``--api-key-env``.
+
+    Raises:
+        SystemExit(2): an API key variable that is unset/empty, or a non-loopback host with
+            neither an API key nor ``--insecure``.
+    """
+    key = None
+    if args.api_key_env:
+        key = os.environ.get(args.api_key_env) or None
+        if key is None:
+            raise SystemExit(f"error: --api-key-env {args.api_key_env}: the variable is unset or empty")
+    if not is_loopback(args.host) and key is None and not args.insecure:
+        raise SystemExit(f"error: refusing to bind {args.host!r} without an API key; set --api-key-env VAR "
+                         "or pass --insecure")
+    name = args.model_name
+    if not name:
+        ident = getattr(engine, "identity", None)
+        name = getattr(ident, "name", None) or (Path(args.model).name if args.model else "noulengine")
+    return ServeConfig(model_name=name, api_key=key, max_batch_tokens=args.max_batch_tokens,
+                       max_batch_requests=args.max_batch_requests, max_wait_ms=args.max_wait_ms,
+                       max_queue=args.max_queue, max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+                       body_timeout_s=args.body_timeout_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse flags, load the engine, run uvicorn until interrupted."""
+    args = build_parser().parse_args(argv)
+    try:
+        import uvicorn  # noqa: F401
+        import fastapi  # noqa: F401
+    except ImportError as exc:
+        print(f"error: {exc.name} is missing; install the serve extra: pip install 'noulengine[serve]'", file=sys.stderr)
+        return 2
+    config_from_args(args)  # fail fast on unsafe flags before loading the model
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from noulengine.cli import engine_from_args
+
+    engine = engine_from_args(args)
+    config = config_from_args(args, engine)
+    if config.max_batch_tokens > engine.config.batch_tokens:
+        engine.config.batch_tokens = config.max_batch_tokens
+    from noulengine.serve.app import create_app
+
+    app = create_app(engine, config)
+    import uvicorn
+
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_keep_alive=5,
+                timeout_graceful_shutdown=10, access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

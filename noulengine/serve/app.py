@@ -1,0 +1,230 @@
+"""The FastAPI application factory: routes, error shapes, auth, limits and metrics wiring.
+
+Routes: ``GET /`` (demo page), ``GET /healthz``, ``GET /metrics``, ``GET /v1/models``,
+``POST /v1/systemone`` (Jev-compatible) and ``POST /v1/decide`` (canonical requests, engine
+output format). All inference goes through one :class:`~noulengine.serve.worker.BatchWorker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import HTMLResponse, PlainTextResponse
+
+from noulengine.records.errors import RecordError
+from noulengine.records.images import check_image_list
+from noulengine.records.schema import request_from_json
+from noulengine.serve import systemone
+from noulengine.serve.auth import check_key
+from noulengine.serve.config import ServeConfig
+from noulengine.serve.demo import DEMO_HTML
+from noulengine.serve.limits import BodyLimitMiddleware
+from noulengine.serve.metrics import Metrics, MetricsMiddleware
+from noulengine.serve.responses import ApiError, FiniteJSONResponse, ValidationFailure, record_error_failure
+from noulengine.serve.worker import BatchWorker, QueueFull
+
+log = logging.getLogger("noulengine.serve")
+
+# engine error_type (Decision.error) -> (HTTP status, public error_type)
+ENGINE_ERRORS = {
+    "OverlengthError": (413, "request_too_long"),
+    "UnsupportedModalityError": (400, "unsupported_modality"),
+    "TokenizerError": (400, "unsupported_request"),
+}
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+async def read_json(request: Request):
+    """The request body as JSON (strict: no NaN/Infinity), or a 422 ``json_invalid`` failure."""
+    raw = await request.body()
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError as exc:
+        raise ValidationFailure([], f"the body is not UTF-8: {exc}", "json_invalid") from None
+    except json.JSONDecodeError as exc:
+        raise ValidationFailure([exc.pos], f"the body is not valid JSON: {exc.msg}", "json_invalid") from None
+    except (ValueError, RecursionError) as exc:
+        raise ValidationFailure([], f"the body is not valid JSON: {exc}", "json_invalid") from None
+
+
+def _question_ids(body) -> list:
+    qs = body.get("questions") if isinstance(body, dict) else None
+    return [k for k in qs if isinstance(k, str)] if isinstance(qs, dict) else []
+
+
+def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
+    """Build the app around a loaded :class:`~noulengine.Engine`.
+
+    The worker thread starts with the app's lifespan (``with TestClient(app)`` or uvicorn).
+    """
+    config = config or ServeConfig()
+    metrics = Metrics()
+    worker = BatchWorker(engine, max_batch_tokens=config.max_batch_tokens, max_batch_requests=config.max_batch_requests,
+                         max_wait_ms=config.max_wait_ms, max_queue=config.max_queue, metrics=metrics)
+    accepted_models = {config.model_name, *config.aliases}
+    supports_images = bool(getattr(getattr(engine, "runner", None), "supports_images", False))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        worker.start()
+        try:
+            yield
+        finally:
+            await run_in_threadpool(worker.stop)
+
+    app = FastAPI(title="noulengine", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
+                  default_response_class=FiniteJSONResponse)
+    app.state.engine, app.state.worker, app.state.metrics, app.state.config = engine, worker, metrics, config
+
+    # -- error shapes ---------------------------------------------------------------------------
+    @app.exception_handler(ApiError)
+    async def _api_error(request, exc: ApiError):
+        return exc.response()
+
+    @app.exception_handler(ValidationFailure)
+    async def _validation(request, exc: ValidationFailure):
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _request_validation(request, exc: RequestValidationError):
+        items = [{"loc": list(e.get("loc", ["body"])), "msg": str(e.get("msg")), "type": str(e.get("type"))}
+                 for e in exc.errors()]
+        return FiniteJSONResponse({"detail": items}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request, exc: StarletteHTTPException):
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return FiniteJSONResponse({"detail": {"error_type": kind, "message": f"{request.method} {request.url.path}: "
+                                                                              f"{exc.detail}"}},
+                                  status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _internal(request, exc: Exception):
+        log.exception("internal error on %s", request.url.path)
+        return FiniteJSONResponse({"detail": {"error_type": "internal_error", "message": f"{type(exc).__name__}"}},
+                                  status_code=500)
+
+    # -- inference --------------------------------------------------------------------------
+    async def run_decision(parsed):
+        """Queue one parsed request and wait for its Decision; map refusals to HTTP errors."""
+        try:
+            future = worker.submit(parsed)
+        except QueueFull as exc:
+            raise ApiError(429, "overloaded", f"server busy: {exc}; retry later", {"Retry-After": "1"}) from None
+        except RuntimeError as exc:
+            raise ApiError(503, "unavailable", str(exc), {"Retry-After": "5"}) from None
+        try:
+            decision = await asyncio.wait_for(asyncio.wrap_future(future), timeout=config.request_timeout_s)
+        except asyncio.TimeoutError:
+            raise ApiError(503, "timeout", f"no answer within {config.request_timeout_s:g} s",
+                           {"Retry-After": "5"}) from None
+        if decision.error:
+            err = decision.error
+            if err.get("error_type") == "record_error":
+                raise record_error_failure(RecordError(err.get("rule") or err.get("message", ""), field=err.get("field")),
+                                           [q.field for q in parsed.questions])
+            status, kind = ENGINE_ERRORS.get(err.get("error_type"), (400, "bad_request"))
+            raise ApiError(status, kind, str(err.get("message")))
+        return decision
+
+    async def parse_canonical(body) -> object:
+        """Canonical JSON -> Request in a worker thread (image decoding can take a while)."""
+        if isinstance(body, dict) and body.get("images") and not supports_images:
+            images = body["images"]
+            n = len(images) if isinstance(images, list) else 1
+            raise ApiError(400, "unsupported_modality",
+                           f"field 'images': this model is text-only and cannot read images ({n} given); "
+                           "use a vision-language model or remove the images")
+        def parse():
+            parsed = request_from_json(body)
+            check_image_list(parsed.images, record_id=parsed.id)  # count and combined-size limits
+            return parsed
+
+        try:
+            return await run_in_threadpool(parse)
+        except RecordError as exc:
+            raise record_error_failure(exc, _question_ids(body)) from None
+
+    def finite(content: dict, status: int = 200) -> FiniteJSONResponse:
+        try:
+            return FiniteJSONResponse(content, status_code=status)
+        except ValueError as exc:
+            log.error("non-finite output: %s", exc)
+            raise ApiError(500, "non_finite_output", "the model produced a non-finite number") from None
+
+    # -- routes -----------------------------------------------------------------------------
+    @app.get("/", response_class=HTMLResponse)
+    async def demo_page():
+        """The demo page."""
+        return HTMLResponse(DEMO_HTML)
+
+    @app.get("/healthz")
+    async def healthz():
+        """200 once the model is loaded and the worker runs; 503 otherwise."""
+        ok = worker.alive
+        return FiniteJSONResponse({"status": "ok" if ok else "unavailable", "model": config.model_name,
+                                   "queue_depth": worker.depth}, status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics_text(request: Request):
+        """Prometheus text format."""
+        check_key(request.headers, config.api_key)
+        metrics.set_queue_depth(worker.depth)
+        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        """The served model (Jev-compatible listing)."""
+        check_key(request.headers, config.api_key)
+        return {"models": [{"name": config.model_name, "description": config.description,
+                            "release_date": config.release_date, "x_aliases": list(config.aliases)}]}
+
+    @app.post("/v1/systemone")
+    async def system_one(request: Request):
+        """Jev-compatible decisions: ``{"model", "state", "questions"}`` -> ``{"model", "answers", "usage"}``."""
+        check_key(request.headers, config.api_key)
+        body = await read_json(request)
+        if isinstance(body, dict) and body.get("model") is not None:
+            model = body["model"]
+            if not isinstance(model, str):
+                raise ValidationFailure(["model"], f"model must be a string, got {type(model).__name__}", "string_type")
+            if model not in accepted_models:
+                raise ApiError(404, "model_not_found", f"model {model!r} is not served here; "
+                                                       f"use one of {sorted(accepted_models)}")
+        canonical, legends = systemone.translate_request(body)
+        parsed = await parse_canonical(canonical)
+        decision = await run_decision(parsed)
+        try:
+            content = systemone.jev_response(config.model_name, decision, legends)
+        except ValueError as exc:
+            log.error("non-finite output: %s", exc)
+            raise ApiError(500, "non_finite_output", "the model produced a non-finite number") from None
+        return finite(content)
+
+    @app.post("/v1/decide")
+    async def decide(request: Request):
+        """Canonical requests (``state``, ``images``, ``questions``, ``id``) -> ``Decision.to_dict()``."""
+        check_key(request.headers, config.api_key)
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise ValidationFailure([], f"the body must be a JSON object, got {type(body).__name__}",
+                                    "model_attributes_type")
+        if "id" in body and body["id"] is not None and not isinstance(body["id"], str):
+            raise ValidationFailure(["id"], "id must be a string", "string_type")
+        parsed = await parse_canonical(body)
+        decision = await run_decision(parsed)
+        return finite(decision.to_dict())
+
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_body_bytes, body_timeout_s=config.body_timeout_s)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

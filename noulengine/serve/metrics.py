@@ -1,0 +1,121 @@
+"""Prometheus text-format metrics (no client library needed).
+
+Series:
+  noulengine_requests_total{route,status}        counter
+  noulengine_request_duration_seconds{route}     histogram
+  noulengine_batch_requests                      histogram (requests per engine call)
+  noulengine_batch_duration_seconds              histogram
+  noulengine_queue_depth                         gauge (queued + running)
+  noulengine_input_tokens_total                  counter
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+ROUTES = ("/", "/healthz", "/metrics", "/v1/models", "/v1/systemone", "/v1/decide")
+
+
+class _Histogram:
+    def __init__(self, buckets):
+        self.buckets = tuple(buckets)
+        self.counts = [0] * len(self.buckets)
+        self.total = 0
+        self.sum = 0.0
+
+    def observe(self, v: float) -> None:
+        for i, b in enumerate(self.buckets):
+            if v <= b:
+                self.counts[i] += 1
+        self.total += 1
+        self.sum += v
+
+    def lines(self, name: str, labels: str = "") -> list[str]:
+        sep = "," if labels else ""
+        out = [f'{name}_bucket{{{labels}{sep}le="{b:g}"}} {c}' for b, c in zip(self.buckets, self.counts)]
+        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.total}')
+        lab = f"{{{labels}}}" if labels else ""
+        out += [f"{name}_sum{lab} {self.sum:.6f}", f"{name}_count{lab} {self.total}"]
+        return out
+
+
+class Metrics:
+    """Thread-safe counters for the HTTP layer and the worker, rendered by :meth:`render`."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.requests: dict[tuple[str, int], int] = {}
+        self.latency: dict[str, _Histogram] = {}
+        self.batch_sizes = _Histogram(BATCH_BUCKETS)
+        self.batch_seconds = _Histogram(LATENCY_BUCKETS)
+        self.queue_depth = 0
+        self.input_tokens = 0
+        self.started = time.time()
+
+    def observe_request(self, route: str, status: int, seconds: float) -> None:
+        """Count one finished HTTP request (unknown paths are folded into ``other``)."""
+        route = route if route in ROUTES else "other"
+        with self._lock:
+            self.requests[(route, status)] = self.requests.get((route, status), 0) + 1
+            self.latency.setdefault(route, _Histogram(LATENCY_BUCKETS)).observe(seconds)
+
+    def observe_batch(self, size: int, seconds: float, tokens: int) -> None:
+        """Record one engine call: how many requests, how long, how many input tokens."""
+        with self._lock:
+            self.batch_sizes.observe(size)
+            self.batch_seconds.observe(seconds)
+            self.input_tokens += int(tokens)
+
+    def set_queue_depth(self, depth: int) -> None:
+        """Set the current queue depth (queued + running)."""
+        self.queue_depth = int(depth)
+
+    def render(self) -> str:
+        """The Prometheus text exposition format (version 0.0.4)."""
+        with self._lock:
+            out = ["# HELP noulengine_requests_total HTTP requests by route and status.",
+                   "# TYPE noulengine_requests_total counter"]
+            out += [f'noulengine_requests_total{{route="{r}",status="{s}"}} {n}'
+                    for (r, s), n in sorted(self.requests.items())]
+            out += ["# HELP noulengine_request_duration_seconds HTTP request latency.",
+                    "# TYPE noulengine_request_duration_seconds histogram"]
+            for r, h in sorted(self.latency.items()):
+                out += h.lines("noulengine_request_duration_seconds", f'route="{r}"')
+            out += ["# HELP noulengine_batch_requests Requests answered per engine call.",
+                    "# TYPE noulengine_batch_requests histogram"]
+            out += self.batch_sizes.lines("noulengine_batch_requests")
+            out += ["# HELP noulengine_batch_duration_seconds Seconds per engine call.",
+                    "# TYPE noulengine_batch_duration_seconds histogram"]
+            out += self.batch_seconds.lines("noulengine_batch_duration_seconds")
+            out += ["# HELP noulengine_queue_depth Requests queued or running.",
+                    "# TYPE noulengine_queue_depth gauge", f"noulengine_queue_depth {self.queue_depth}",
+                    "# HELP noulengine_input_tokens_total Packed input tokens fed to the model.",
+                    "# TYPE noulengine_input_tokens_total counter", f"noulengine_input_tokens_total {self.input_tokens}"]
+        return "\n".join(out) + "\n"
+
+
+class MetricsMiddleware:
+    """ASGI middleware counting every HTTP response by route and status, with its latency."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        status = {"code": 500}
+
+        async def send_wrapper(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            self.metrics.observe_request(scope.get("path", ""), status["code"], time.perf_counter() - t0)

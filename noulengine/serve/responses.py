@@ -1,0 +1,77 @@
+"""Strict JSON responses and the two error shapes of the HTTP contract.
+
+* validation errors: 422 ``{"detail": [{"loc": ["body", ...], "msg", "type"}]}``;
+* other errors: ``{"detail": {"error_type", "message"}}`` with their own status.
+
+Bodies are rendered with ``allow_nan=False``: NaN or Infinity can never reach a client.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.responses import Response
+
+
+class FiniteJSONResponse(Response):
+    """``application/json`` rendered strictly: a non-finite float raises ``ValueError``."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+
+
+class ApiError(Exception):
+    """An error answered as ``{"detail": {"error_type", "message"}}`` with ``status``."""
+
+    def __init__(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.message = message
+        self.headers = headers or {}
+
+    def response(self) -> FiniteJSONResponse:
+        """The JSON response for this error."""
+        return FiniteJSONResponse({"detail": {"error_type": self.error_type, "message": self.message}},
+                                  status_code=self.status, headers=self.headers)
+
+
+class ValidationFailure(Exception):
+    """A request body that breaks a rule: answered 422 with ``detail[]``."""
+
+    def __init__(self, loc: list, msg: str, type_: str = "value_error"):
+        super().__init__(msg)
+        self.items = [{"loc": ["body", *loc], "msg": msg, "type": type_}]
+
+    def response(self) -> FiniteJSONResponse:
+        """The 422 response for this failure."""
+        return FiniteJSONResponse({"detail": self.items}, status_code=422)
+
+
+def loc_from_field(field: str | None, question_ids=()) -> list:
+    """Turn a dotted field path (``questions.q.1.criteria``) into a loc list, keeping question
+    ids that themselves contain dots whole (the longest id that matches wins)."""
+    if not field:
+        return []
+    head, _, rest = field.partition(".")
+    if head == "questions" and rest:
+        for qid in sorted(question_ids, key=len, reverse=True):
+            if rest == qid or rest.startswith(qid + "."):
+                tail = rest[len(qid) + 1:]
+                return ["questions", qid, *(tail.split(".") if tail else [])]
+    if "[" in head and head.endswith("]"):  # images[0]
+        name, _, idx = head[:-1].partition("[")
+        out: list = [name, int(idx) if idx.isdigit() else idx]
+        return out + (rest.split(".") if rest else [])
+    return [head, *(rest.split(".") if rest else [])]
+
+
+def record_error_failure(exc, question_ids=()) -> ValidationFailure:
+    """A :class:`~noulengine.records.errors.RecordError` as a 422 failure naming field and rule."""
+    rule = getattr(exc, "rule", None) or str(exc)
+    field = getattr(exc, "field", None)
+    msg = f"field {field!r}: {rule}" if field else rule
+    return ValidationFailure(loc_from_field(field, question_ids), msg, "value_error")

@@ -1,0 +1,164 @@
+"""The inference worker: one thread owns the engine and answers queued requests in shared passes.
+
+Handlers :meth:`BatchWorker.submit` parsed requests and await the returned future. The worker
+takes the oldest request, then keeps gathering for at most ``max_wait_ms`` (or until the
+estimated token budget or ``max_batch_requests`` is reached) and answers the whole group with one
+``engine.decide_batch`` call, which packs it into forward passes within ``max_batch_tokens``.
+The queue is bounded: a full queue raises :class:`QueueFull` at once (the HTTP layer answers 429).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+log = logging.getLogger("noulengine.serve")
+
+
+class QueueFull(Exception):
+    """The worker already holds ``max_queue`` requests."""
+
+
+@dataclass
+class _Item:
+    request: object
+    tokens: int
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+
+
+def estimate_tokens(request) -> int:
+    """A cheap upper-ish guess of a request's packed tokens (bytes / 3 + per-question overhead),
+    used only to decide how many queued requests to gather; the engine plans exact passes."""
+    try:
+        text = json.dumps(request.state, ensure_ascii=False, default=str)
+        qs = sum(len(json.dumps(q.spec(), ensure_ascii=False, default=str)) for q in request.questions)
+    except Exception:  # noqa: BLE001 - an estimate must never fail a request
+        return 256
+    return 48 + len(text) // 3 + qs // 3 + 24 * len(request.questions)
+
+
+class BatchWorker:
+    """A thread that owns the engine and runs gathered requests through ``decide_batch``."""
+
+    def __init__(self, engine, *, max_batch_tokens: int = 8192, max_batch_requests: int = 64,
+                 max_wait_ms: float = 5.0, max_queue: int = 256, metrics=None):
+        self.engine = engine
+        self.max_batch_tokens = max(1, int(max_batch_tokens))
+        self.max_batch_requests = max(1, int(max_batch_requests))
+        self.max_wait_s = max(0.0, float(max_wait_ms)) / 1000.0
+        self.max_queue = max(1, int(max_queue))
+        self.metrics = metrics
+        self._queue: collections.deque[_Item] = collections.deque()
+        self._cv = threading.Condition()
+        self._in_flight = 0
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the worker thread (idempotent)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._stop = False
+            self._thread = threading.Thread(target=self._loop, name="noulengine-worker", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the batch in progress, fail what is still queued, and join the thread."""
+        with self._cv:
+            self._stop = True
+            pending = list(self._queue)
+            self._queue.clear()
+            self._cv.notify_all()
+        for item in pending:
+            item.future.set_exception(RuntimeError("the server is shutting down"))
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        """True while the worker thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def depth(self) -> int:
+        """Requests queued or being answered."""
+        return len(self._queue) + self._in_flight
+
+    # -- submission ---------------------------------------------------------------------------
+    def submit(self, request) -> concurrent.futures.Future:
+        """Queue a parsed :class:`~noulengine.records.schema.Request`; the future resolves to its
+        :class:`~noulengine.engine.decision.Decision` (``error`` set for a request the engine
+        refused, e.g. over the context length).
+
+        Raises:
+            QueueFull: ``max_queue`` requests are already waiting or running.
+        """
+        item = _Item(request, estimate_tokens(request))
+        with self._cv:
+            if self._stop:
+                raise RuntimeError("the server is shutting down")
+            if len(self._queue) + self._in_flight >= self.max_queue:
+                raise QueueFull(f"{self.max_queue} requests are already queued")
+            self._queue.append(item)
+            self._report_depth()
+            self._cv.notify()
+        return item.future
+
+    # -- the loop -----------------------------------------------------------------------------
+    def _gather(self) -> list[_Item]:
+        with self._cv:
+            while not self._queue and not self._stop:
+                self._cv.wait()
+            if self._stop:
+                return []
+            batch = [self._queue.popleft()]
+            tokens = batch[0].tokens
+            deadline = time.monotonic() + self.max_wait_s
+            while len(batch) < self.max_batch_requests and tokens < self.max_batch_tokens:
+                if self._queue:
+                    nxt = self._queue[0]
+                    if tokens + nxt.tokens > self.max_batch_tokens:
+                        break
+                    batch.append(self._queue.popleft())
+                    tokens += nxt.tokens
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stop:
+                    break
+                self._cv.wait(left)
+            self._in_flight = len(batch)
+            self._report_depth()
+            return batch
+
+    def _loop(self) -> None:
+        while True:
+            batch = self._gather()
+            if not batch:
+                return
+            try:
+                t0 = time.perf_counter()
+                decisions = self.engine.decide_batch([it.request for it in batch],
+                                                     batch_tokens=self.max_batch_tokens, on_error="record")
+                if self.metrics is not None:
+                    self.metrics.observe_batch(len(batch), time.perf_counter() - t0,
+                                               sum(d.input_tokens for d in decisions))
+                for item, decision in zip(batch, decisions):
+                    item.future.set_result(decision)
+            except BaseException as exc:  # noqa: BLE001 - every waiting client gets an answer
+                log.exception("engine failure on a batch of %d", len(batch))
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+            finally:
+                with self._cv:
+                    self._in_flight = 0
+                    self._report_depth()
+
+    def _report_depth(self) -> None:
+        if self.metrics is not None:
+            self.metrics.set_queue_depth(len(self._queue) + self._in_flight)

@@ -1,0 +1,78 @@
+"""The demo page in real headless Chromium (Playwright): fill a state, submit, read the bars.
+
+Skips with a reason when Playwright or a Chromium binary is missing. The server runs uvicorn in a
+thread on a free loopback port with a tiny random model.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+uvicorn = pytest.importorskip("uvicorn")
+playwright_sync = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not CHROMIUM, reason="no chromium binary (apt-get install -y chromium)")]
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_llama, tiny_tokenizer):
+    from noulengine import Engine
+    from noulengine.serve.app import create_app
+    from noulengine.serve.config import ServeConfig
+
+    app = create_app(Engine.from_model(tiny_llama, tiny_tokenizer), ServeConfig(model_name="tiny"))
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    t = threading.Thread(target=srv.run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not srv.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert srv.started, "uvicorn did not start"
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    t.join(10)
+
+
+def test_demo_page_renders_answers(server, tmp_path):
+    from PIL import Image
+
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(server + "/")
+            page.fill("#state", "Three failed logins from a new country, then a password reset.")
+            page.click("#submit")
+            page.wait_for_selector("#answers[data-done='1']", timeout=30_000)
+            fields = page.eval_on_selector_all("#answers .answer", "els => els.map(e => e.dataset.field)")
+            assert fields == ["flag", "topic", "risk"]
+            labels = page.eval_on_selector_all("#answers .answer[data-field='topic'] .bar-row",
+                                               "els => els.map(e => e.dataset.label)")
+            assert labels == ["world", "business", "sports"]
+            probs = [float(x) for x in page.eval_on_selector_all(
+                "#answers .answer[data-field='topic'] .bar-row .p", "els => els.map(e => e.textContent)")]
+            assert abs(sum(probs) - 1) < 0.01
+            # An attached image travels as base64; the text-only model answers with a clear 4xx.
+            img = tmp_path / "red.png"
+            Image.new("RGB", (8, 8), (255, 0, 0)).save(img)
+            page.set_input_files("#images", str(img))
+            page.click("#submit")
+            page.wait_for_selector("#answers[data-done='error']", timeout=30_000)
+            assert "400" in page.inner_text("#error") and "text-only" in page.inner_text("#error")
+        finally:
+            browser.close()
