@@ -288,10 +288,7 @@ def parse_record(obj: Any) -> Record:
     if "state" not in obj:
         raise _fail(rid, "state", "state is required (any JSON value)")
     questions = parse_questions(obj.get("questions"), record_id=rid)
-    images = obj.get("images") or []
-    if not isinstance(images, list):
-        raise _fail(rid, "images", "images must be a list")
-    parsed_images = tuple(_record_image(rid, i, im) for i, im in enumerate(images))
+    parsed_images = _parse_images(rid, obj.get("images") or [])
     role = obj.get("validation_role")
     if role is not None and role not in VALIDATION_ROLES:
         raise _fail(rid, "validation_role", f"expected one of {list(VALIDATION_ROLES)}, got {role!r}")
@@ -326,6 +323,17 @@ def parse_record(obj: Any) -> Record:
                   category=category if isinstance(category, str) else None, metadata=metadata)
 
 
+def _parse_images(rid, images: Any) -> tuple[Image, ...]:
+    """Decode and check every image, then the request-level limits (count, combined bytes)."""
+    from noulengine.records.images import check_image_list
+
+    if not isinstance(images, list):
+        raise _fail(rid, "images", "images must be a list")
+    parsed = tuple(_record_image(rid, i, im) for i, im in enumerate(images))
+    check_image_list(parsed, record_id=rid)
+    return parsed
+
+
 def _record_image(rid, index: int, raw: Any) -> Image:
     """Images in JSONL records: ``{"type": "image/png", "data": "<base64>"}``."""
     from noulengine.records.images import decode_image
@@ -346,11 +354,7 @@ def request_from_json(obj: Any, *, request_id: str | None = None) -> Request:
     if "state" not in obj:
         raise _fail(rid, "state", "state is required (any JSON value)")
     questions = parse_questions(obj.get("questions"), record_id=rid)
-    images = obj.get("images") or []
-    if not isinstance(images, list):
-        raise _fail(rid, "images", "images must be a list")
-    return Request(state=obj["state"], questions=questions,
-                   images=tuple(_record_image(rid, i, im) for i, im in enumerate(images)), id=rid)
+    return Request(state=obj["state"], questions=questions, images=_parse_images(rid, obj.get("images") or []), id=rid)
 
 
 def canonical_json(value: Any) -> str:
