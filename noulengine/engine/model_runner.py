@@ -85,7 +85,12 @@ class ModelRunner:
         input_ids = batch.input_ids.to(self.device, non_blocking=True)
         position_ids = batch.position_ids.to(self.device, non_blocking=True)
         mask = batch.mask
-        if self.sliding_window is not None:
+        if self.attn_implementation == "flex_attention" and self.device.type == "cuda":
+            # CUDA only: a flex BlockMask skips the tiles a branch cannot see (CPU path unchanged).
+            from noulengine.engine.flex_attention import runner_attention_mask
+
+            attention_mask = runner_attention_mask(batch, self.device, self.sliding_window)
+        elif self.sliding_window is not None:
             pos = batch.position_ids
             near = (pos[:, :, None] - pos[:, None, :]) < self.sliding_window  # (B, L, L)
             attention_mask = {"full_attention": self._device_mask(mask),

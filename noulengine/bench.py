@@ -1,0 +1,529 @@
+"""``noulengine bench``: the engine against the two baselines a user would write by hand.
+
+Variants, run interleaved (rotating order) on the same model and the same compiled prompts:
+
+* ``naive``: one transformers forward per question prompt (prefix + that question's branch),
+  full-vocabulary head at every position, ``log_softmax`` at the read position;
+* ``batched``: the same prompts, left-padded into batches (2D attention mask, position ids from
+  the mask), full head on the trailing read positions only (``logits_to_keep``);
+* ``engine``: :meth:`Engine.decide_batch` (one packed pass per request batch).
+
+Prompts come from the engine's compiler (:meth:`Engine.compile`): a prompt is the chain of
+segments from the root to a segment that holds read positions, so all variants evaluate identical
+token ids; a read at packed index ``t`` is prompt index ``position_ids[t]`` (tree depth).
+Probabilities are compared after the same renormalisation (:func:`make_answer` on each variant's
+(V, K) candidate log-probabilities).
+
+Units: seconds (``time.perf_counter``, CUDA synchronised), tokens, bytes, FLOP/s. Achieved FLOP/s
+counts 2 x non-embedding parameters x real tokens (no attention or head FLOPs), as a share of a
+square-matmul peak measured in the same run, dtype and device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from noulengine.compile.layout import CompiledRequest
+from noulengine.engine.decision import make_answer
+from noulengine.records.schema import Request
+
+DATA = Path(os.environ.get("NOULENGINE_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+VARIANTS = ("naive", "batched", "engine")
+
+# Random-weight model configs at realistic sizes (values copied from the public configs).
+MODEL_CONFIGS = {
+    "smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                         rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True),
+    "llama-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                       num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+                       rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True),  # Qwen2.5-0.5B sizes
+    "llama-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                     num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                     rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False),  # Llama-3-8B sizes
+}
+
+
+# --------------------------------------------------------------------------- prompts
+@dataclass
+class Prompt:
+    """One baseline prompt: ``ids`` (prefix + branch chain) and the reads it serves.
+
+    ``reads``: (prompt index, token id, term index in the request's flattened terms).
+    """
+
+    ids: list[int]
+    reads: list[tuple[int, int, int]]
+
+
+@dataclass
+class Prepared:
+    """A request compiled once, with its baseline prompts."""
+
+    request: Request
+    compiled: CompiledRequest
+    prompts: list[Prompt]
+
+    @property
+    def num_terms(self) -> int:
+        return sum(len(p.term_pos) for p in self.compiled.questions)
+
+
+def baseline_prompts(c: CompiledRequest) -> list[Prompt]:
+    """Per segment holding read positions: the root-to-segment token chain and its reads."""
+    seg_tokens: dict[int, list[int]] = {}
+    for tok, seg in zip(c.token_ids, c.segment_ids):
+        seg_tokens.setdefault(seg, []).append(tok)
+    by_seg: dict[int, list[tuple[int, int, int]]] = {}
+    term = 0
+    for plan in c.questions:
+        for pos, tok in zip(plan.term_pos, plan.term_tok):
+            by_seg.setdefault(c.segment_ids[pos], []).append((c.position_ids[pos], tok, term))
+            term += 1
+    prompts = []
+    for seg, reads in by_seg.items():
+        chain, s = [], seg
+        while s >= 0:
+            chain.append(s)
+            s = c.parents[s]
+        ids = [t for s in reversed(chain) for t in seg_tokens.get(s, [])]
+        assert all(0 <= r[0] < len(ids) for r in reads), "read position outside its prompt"
+        prompts.append(Prompt(ids, reads))
+    return prompts
+
+
+def answers_from_terms(c: CompiledRequest, term_logp: torch.Tensor) -> list[list[float]]:
+    """Per question: candidate probabilities from flattened term log-probs (engine's rules)."""
+    out, start = [], 0
+    for plan in c.questions:
+        t = term_logp[start:start + len(plan.term_pos)].double()
+        start += len(plan.term_pos)
+        alt = torch.zeros(len(plan.alt_vc), dtype=torch.float64).index_add_(0, torch.tensor(plan.term_alt), t)
+        nvc = plan.num_views * plan.num_candidates
+        vc = torch.full((nvc,), float("-inf"), dtype=torch.float64)
+        for a, v in enumerate(plan.alt_vc):
+            vc[v] = torch.logaddexp(vc[v], alt[a])
+        ans = make_answer(plan, vc.view(plan.num_views, plan.num_candidates))
+        out.append([ans.probabilities[label] for label in plan.labels])
+    return out
+
+
+# --------------------------------------------------------------------------- variants
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def run_naive(model, items: list[Prepared], device) -> tuple[list, list[float]]:
+    """One full-head forward per prompt. Returns (answers per request, seconds per request)."""
+    answers, lat = [], []
+    for it in items:
+        _sync(device)
+        t0 = time.perf_counter()
+        term_logp = torch.empty(it.num_terms)
+        for pr in it.prompts:
+            logits = model(input_ids=torch.tensor([pr.ids], device=device), use_cache=False).logits[0]  # (L, V)
+            for pos, tok, term in pr.reads:
+                term_logp[term] = torch.log_softmax(logits[pos].float(), dim=-1)[tok].item()
+        lat.append(time.perf_counter() - t0)
+        answers.append(answers_from_terms(it.compiled, term_logp))
+    return answers, lat
+
+
+@torch.inference_mode()
+def run_batched(model, items: list[Prepared], device, *, batch_tokens: int, pad_id: int,
+                max_batch_size: int = 64) -> tuple[list, list[float], int]:
+    """All prompts of all requests, longest first, left-padded into batches under ``batch_tokens``.
+
+    Returns (answers per request, seconds per request = sum of its batches' times, padded tokens).
+    """
+    from noulengine.engine.batching import plan_batches
+
+    flat = [(i, pr) for i, it in enumerate(items) for pr in it.prompts]
+    term_logp = [torch.empty(it.num_terms) for it in items]
+    lat = [0.0] * len(items)
+    padded = 0
+    for idx in plan_batches([len(pr.ids) for _, pr in flat], batch_tokens=batch_tokens, max_batch_size=max_batch_size):
+        _sync(device)
+        t0 = time.perf_counter()
+        rows = [flat[j] for j in idx]
+        width = max(len(pr.ids) for _, pr in rows)
+        keep = max(len(pr.ids) - min(r[0] for r in pr.reads) for _, pr in rows)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, (_, pr) in enumerate(rows):
+            ids[r, width - len(pr.ids):] = torch.tensor(pr.ids)
+            mask[r, width - len(pr.ids):] = 1
+        pos_ids = (mask.cumsum(-1) - 1).clamp_(min=0)
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos_ids.to(device),
+                       logits_to_keep=keep, use_cache=False).logits  # (B, keep, V)
+        logp = torch.log_softmax(logits.float(), dim=-1).cpu()
+        for r, (i, pr) in enumerate(rows):
+            for pos, tok, term in pr.reads:
+                term_logp[i][term] = logp[r, keep - (len(pr.ids) - pos), tok]
+        dt = time.perf_counter() - t0
+        padded += ids.numel()
+        for i in {i for i, _ in rows}:
+            lat[i] += dt
+    return [answers_from_terms(it.compiled, t) for it, t in zip(items, term_logp)], lat, padded
+
+
+def run_engine(engine, items: list[Prepared]) -> tuple[list, list[float], float]:
+    """``engine.decide_batch``. Returns (answers, per-request latency_s, padding share)."""
+    decisions = engine.decide_batch([it.request for it in items], on_error="raise")
+    answers = [[[d.answers[p.field].probabilities[label] for label in p.labels] for p in it.compiled.questions]
+               for d, it in zip(decisions, items)]
+    return answers, [d.latency_s for d in decisions], float(getattr(engine, "last_padding_share", 0.0))
+
+
+# --------------------------------------------------------------------------- measurement helpers
+class PeakMemory:
+    """Peak memory during a block: CUDA max_memory_allocated, else sampled process RSS (bytes)."""
+
+    def __init__(self, device: torch.device, interval_s: float = 0.002):
+        self.device, self.interval_s, self.peak = device, interval_s, 0
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return self
+        import psutil
+
+        proc = psutil.Process()
+        self._stop = threading.Event()
+
+        def sample():
+            while not self._stop.is_set():
+                self.peak = max(self.peak, proc.memory_info().rss)
+                self._stop.wait(self.interval_s)
+
+        self.peak = proc.memory_info().rss
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            self.peak = int(torch.cuda.max_memory_allocated(self.device))
+        else:
+            self._stop.set()
+            self._thread.join()
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
+    """Measured FLOP/s of an n x n x n matmul (median of ``reps`` after 2 warm-ups)."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    times = []
+    for i in range(reps + 2):
+        _sync(device)
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        _sync(device)
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return 2 * n ** 3 / statistics.median(times)
+
+
+def non_embedding_params(model) -> int:
+    """Parameters minus the input embedding and (when untied) the output head."""
+    total = sum(p.numel() for p in model.parameters())  # tied weights are counted once
+    emb = model.get_input_embeddings().weight
+    head = model.get_output_embeddings().weight
+    return total - emb.numel() - (0 if head.data_ptr() == emb.data_ptr() else head.numel())
+
+
+def percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def max_prob_diff(a: list, b: list) -> float:
+    return max((abs(x - y) for ra, rb in zip(a, b) for qa, qb in zip(ra, rb) for x, y in zip(qa, qb)), default=0.0)
+
+
+# --------------------------------------------------------------------------- workloads
+@dataclass
+class Workload:
+    name: str
+    requests: list[Request]
+    note: str = ""
+    items: list[Prepared] = field(default_factory=list)
+
+
+def _records(name: str, n: int | None = None):
+    from noulengine.records import load_records
+
+    path = DATA / name
+    if not path.exists():
+        raise SystemExit(f"bench: data file {path} not found (set NOULENGINE_DATA to the shared data folder)")
+    recs = load_records(path).records
+    return recs if n is None else recs[:n]
+
+
+def long_state_request(max_chars: int, n_questions: int = 16) -> tuple[Request, Request]:
+    """A long WildJailbreak state with ``n_questions`` questions (its own + Typed-Decisions ones).
+
+    Returns (the ``n_questions`` request, the same state with its first question only).
+    """
+    jail = _records("wildjailbreak/test.local_ids.jsonl")
+    best = max((r for r in jail if len(json.dumps(r.request.state)) <= max_chars),
+               key=lambda r: len(json.dumps(r.request.state)))
+    questions = list(best.request.questions)
+    for rec in _records("typed_decisions/test.jsonl", 8):
+        for q in rec.request.questions:
+            if len(questions) < n_questions:
+                questions.append(dataclasses.replace(q, field=f"{q.field}_{len(questions)}"))
+    return (Request(state=best.request.state, questions=tuple(questions), id=f"long{n_questions}"),
+            Request(state=best.request.state, questions=tuple(questions[:1]), id="long1"))
+
+
+def build_workloads(quick: bool) -> tuple[list[Workload], tuple[Request, Request]]:
+    typed_n, agnews_n, long_chars = (2, 4, 1000) if quick else (6, 24, 3000)
+    long16, long1 = long_state_request(long_chars)
+    return [
+        Workload("typed_decisions", [r.request for r in _records("typed_decisions/test.jsonl", typed_n)],
+                 f"first {typed_n} Typed-Decisions test states, 5 questions each"),
+        Workload("long_state_16q", [long16],
+                 f"longest WildJailbreak eval state <= {long_chars} JSON chars, 16 questions"),
+        Workload("agnews_1q", [r.request for r in _records("agnews/test.jsonl", agnews_n)],
+                 f"first {agnews_n} AG News test records, 1 question each"),
+    ], (long16, long1)
+
+
+# --------------------------------------------------------------------------- engine construction
+def load_engine(args):
+    from noulengine import Engine
+    from noulengine.engine.model_runner import pick_device, pick_dtype
+
+    if args.model_config is None:
+        return Engine.from_pretrained(args.model, device=args.device, dtype=args.dtype, debias="none"), "pretrained"
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from noulengine.models.loading import resolve_model
+
+    directory, _ = resolve_model(args.model)  # the tokenizer only
+    tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    dev = pick_device(args.device)
+    dtype = pick_dtype(args.dtype, dev)
+    cfg = LlamaConfig(**MODEL_CONFIGS[args.model_config], attn_implementation="sdpa")
+    torch.manual_seed(0)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(dev):
+            model = LlamaForCausalLM(cfg)
+    finally:
+        torch.set_default_dtype(old)
+    model.eval()
+    return Engine.from_model(model, tokenizer, device=str(dev), debias="none"), "random weights"
+
+
+def git_revision() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+# --------------------------------------------------------------------------- the run
+def measure_workload(engine, wl: Workload, *, reps: int, device, n_params: int, peak: float, attn: str,
+                     warmup: Request | None = None) -> dict:
+    model = engine.runner.model
+    pad_id = engine.pad_id
+    budget = engine.config.batch_tokens
+    wl.items = [Prepared(r, engine.compile(r), baseline_prompts(engine.compile(r))) for r in wl.requests]
+    n_dec = sum(len(r.questions) for r in wl.requests)
+    tokens = {"naive": sum(len(p.ids) for it in wl.items for p in it.prompts),
+              "batched": sum(len(p.ids) for it in wl.items for p in it.prompts),
+              "engine": sum(it.compiled.input_tokens for it in wl.items)}
+
+    def run(variant, items):
+        if variant == "naive":
+            ans, lat = run_naive(model, items, device)
+            return ans, lat, {}
+        if variant == "batched":
+            ans, lat, padded = run_batched(model, items, device, batch_tokens=budget, pad_id=pad_id)
+            return ans, lat, {"padded_tokens": padded}
+        if attn == "flex":
+            from noulengine.engine.flex_attention import use_flex_attention
+
+            use_flex_attention(engine, True)
+        try:
+            ans, lat, share = run_engine(engine, items)
+        finally:
+            if attn == "flex":
+                use_flex_attention(engine, False)
+        return ans, lat, {"padding_share": share}
+
+    if warmup:  # excluded from timing: one small request through every variant
+        for v in VARIANTS:
+            run(v, [Prepared(warmup, engine.compile(warmup), baseline_prompts(engine.compile(warmup)))])
+    times = {v: [] for v in VARIANTS}
+    lats = {v: [] for v in VARIANTS}
+    mem = {v: 0 for v in VARIANTS}
+    extra: dict = {v: {} for v in VARIANTS}
+    answers = {}
+    for rep in range(reps):
+        order = VARIANTS[rep % 3:] + VARIANTS[:rep % 3]  # interleaved, rotating order
+        for v in order:
+            with PeakMemory(device) as pm:
+                _sync(device)
+                t0 = time.perf_counter()
+                ans, lat, ex = run(v, wl.items)
+                _sync(device)
+                dt = time.perf_counter() - t0
+            times[v].append(dt)
+            lats[v].extend(lat)
+            mem[v] = max(mem[v], pm.peak)
+            extra[v] = ex
+            answers[v] = ans
+    out = {"name": wl.name, "note": wl.note, "requests": len(wl.requests), "decisions": n_dec, "reps": reps,
+           "variants": {}}
+    for v in VARIANTS:
+        t = statistics.median(times[v])
+        out["variants"][v] = {
+            "seconds_median": t, "seconds_all": times[v], "decisions_per_s": n_dec / t,
+            "requests_per_s": len(wl.requests) / t, "tokens": tokens[v], "tokens_per_s": tokens[v] / t,
+            "latency_p50_s": percentile(lats[v], 0.5), "latency_p95_s": percentile(lats[v], 0.95),
+            "peak_memory_bytes": mem[v], "achieved_flops": 2 * n_params * tokens[v] / t,
+            "share_of_matmul_peak": 2 * n_params * tokens[v] / t / peak, **extra[v]}
+    e = out["variants"]
+    out["decisions_per_s"] = e["engine"]["decisions_per_s"]
+    out["ratio_vs_naive"] = e["engine"]["decisions_per_s"] / e["naive"]["decisions_per_s"]
+    out["ratio_vs_batched"] = e["engine"]["decisions_per_s"] / e["batched"]["decisions_per_s"]
+    out["padding_share"] = e["engine"].get("padding_share", 0.0)
+    out["max_prob_diff"] = max(max_prob_diff(answers["engine"], answers["naive"]),
+                               max_prob_diff(answers["engine"], answers["batched"]),
+                               max_prob_diff(answers["naive"], answers["batched"]))
+    return out
+
+
+def cost_ratio_16_vs_1(engine, long16: Request, long1: Request, reps: int, device) -> dict:
+    """Engine seconds for the 16-question request over the 1-question request on the same state."""
+    engine.decide_batch([long16, long1])  # warm-up
+    t16, t1 = [], []
+    for _ in range(reps):
+        for req, acc in ((long16, t16), (long1, t1)):
+            _sync(device)
+            t0 = time.perf_counter()
+            engine.decide(req)
+            _sync(device)
+            acc.append(time.perf_counter() - t0)
+    c16, c1 = engine.compile(long16), engine.compile(long1)
+    return {"seconds_16q": statistics.median(t16), "seconds_1q": statistics.median(t1),
+            "ratio": statistics.median(t16) / statistics.median(t1), "tokens_16q": c16.input_tokens,
+            "tokens_1q": c1.input_tokens, "reps": reps}
+
+
+def markdown(result: dict) -> str:
+    lines = ["| workload | variant | decisions/s | requests/s | tokens/s | p50 s | p95 s | peak MB | "
+             "% matmul peak | vs naive | vs batched |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for w in result["workloads"]:
+        for v in VARIANTS:
+            m = w["variants"][v]
+            ratio_n = m["decisions_per_s"] / w["variants"]["naive"]["decisions_per_s"]
+            ratio_b = m["decisions_per_s"] / w["variants"]["batched"]["decisions_per_s"]
+            lines.append(f"| {w['name']} | {v} | {m['decisions_per_s']:.2f} | {m['requests_per_s']:.3f} | "
+                         f"{m['tokens_per_s']:.0f} | {m['latency_p50_s']:.2f} | {m['latency_p95_s']:.2f} | "
+                         f"{m['peak_memory_bytes'] / 2**20:.0f} | {100 * m['share_of_matmul_peak']:.1f} | "
+                         f"{ratio_n:.2f}x | {ratio_b:.2f}x |")
+    lines.append("")
+    lines.append("| workload | max prob diff | engine padding share |")
+    lines.append("|---|---|---|")
+    for w in result["workloads"]:
+        lines.append(f"| {w['name']} | {w['max_prob_diff']:.2e} | {w['padding_share']:.3f} |")
+    c = result["cost_16q_vs_1q"]
+    lines.append("")
+    lines.append(f"16-question vs 1-question request on the same state (engine): {c['seconds_16q']:.2f} s vs "
+                 f"{c['seconds_1q']:.2f} s = {c['ratio']:.2f}x ({c['tokens_16q']} vs {c['tokens_1q']} tokens)")
+    lines.append(f"matmul peak: {result['matmul_peak_flops'] / 1e9:.1f} GFLOP/s ({result['dtype']}, "
+                 f"{result['device']}, {result['threads']} threads); non-embedding params: "
+                 f"{result['non_embedding_params'] / 1e6:.1f}M; weights: {result['weights']}")
+    return "\n".join(lines)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="noulengine bench", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="smaller workloads (under 3 minutes on a 2-core CPU)")
+    p.add_argument("--model", default=None, help="model directory or .gguf (default: the embedded default model)")
+    p.add_argument("--model-config", choices=sorted(MODEL_CONFIGS), default=None,
+                   help="random-weight Llama-style model at this config's size (tokenizer from --model)")
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--attn", choices=("sdpa", "flex"), default="sdpa", help="engine attention (flex: CUDA only)")
+    p.add_argument("--reps", type=int, default=None, help="timed repetitions per variant (default 1 quick, 2 full)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--output", default="bench.json", help="JSON result path (a .md table is written beside it)")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="max allowed probability difference (default 1e-4 float32, 2e-2 otherwise)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    reps = args.reps or (1 if args.quick else 2)
+    t_start = time.perf_counter()
+    engine, weights = load_engine(args)
+    device, dtype = engine.runner.device, engine.runner.dtype
+    tol = args.tolerance if args.tolerance is not None else (1e-4 if dtype == torch.float32 else 2e-2)
+    print(f"bench: model weights: {weights}; device {device}, dtype {dtype}, threads {torch.get_num_threads()}",
+          flush=True)
+    peak = matmul_peak(device, dtype)
+    n_params = non_embedding_params(engine.runner.model)
+    workloads, (long16, long1) = build_workloads(args.quick)
+    result = {"config": {"quick": args.quick, "reps": reps, "model": args.model or "default",
+                         "model_config": args.model_config, "attn": args.attn,
+                         "batch_tokens": engine.config.batch_tokens, "tolerance": tol},
+              "git_revision": git_revision(), "torch": torch.__version__, "device": str(device),
+              "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+              "dtype": str(dtype).replace("torch.", ""), "threads": torch.get_num_threads(), "weights": weights,
+              "matmul_peak_flops": peak, "non_embedding_params": n_params, "workloads": []}
+    for i, wl in enumerate(workloads):
+        print(f"bench: {wl.name} ({wl.note}) ...", flush=True)
+        result["workloads"].append(measure_workload(engine, wl, reps=reps, device=device, n_params=n_params,
+                                                    peak=peak, attn=args.attn,
+                                                    warmup=workloads[0].requests[0] if i == 0 or args.attn == "flex"
+                                                    else None))
+        w = result["workloads"][-1]
+        print(f"bench: {wl.name}: engine {w['decisions_per_s']:.2f} decisions/s, {w['ratio_vs_naive']:.2f}x naive, "
+              f"{w['ratio_vs_batched']:.2f}x batched, max prob diff {w['max_prob_diff']:.1e}", flush=True)
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(result, indent=2))  # partial results survive a kill
+    result["cost_16q_vs_1q"] = cost_ratio_16_vs_1(engine, long16, long1, max(reps, 2), device)
+    result["wall_seconds"] = time.perf_counter() - t_start
+    worst = max(w["max_prob_diff"] for w in result["workloads"])
+    result["agreement_ok"] = worst <= tol
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    table = markdown(result)
+    out.with_suffix(".md").write_text(table + "\n")
+    print(table)
+    print(f"bench: wrote {out} and {out.with_suffix('.md')} ({result['wall_seconds']:.0f} s)")
+    if not result["agreement_ok"]:
+        print(f"bench: FAIL: variants disagree by {worst:.2e} > {tol:.0e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

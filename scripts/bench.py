@@ -1,0 +1,9 @@
+#!/usr/bin/env python
+"""Thin wrapper: ``python scripts/bench.py [--quick] ...`` == ``noulengine bench ...``."""
+
+import sys
+
+from noulengine.bench import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""The benchmark's baselines evaluate the engine's own prompts and agree with it (tiny models, CPU)."""
+
+from __future__ import annotations
+
+import torch
+
+from noulengine import Engine
+from noulengine.bench import (MODEL_CONFIGS, Prepared, baseline_prompts, markdown, max_prob_diff,
+                              non_embedding_params, percentile, run_batched, run_engine, run_naive)
+from noulengine.records.schema import request_from_json
+from tests.conftest import three_question_request
+
+
+def _items(engine, requests):
+    out = []
+    for r in requests:
+        req = request_from_json(r)
+        out.append(Prepared(req, engine.compile(req), baseline_prompts(engine.compile(req))))
+    return out
+
+
+def test_prompts_are_prefix_plus_branch(tiny_llama, tiny_tokenizer):
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer)
+    c = engine.compile(request_from_json(three_question_request()))
+    prompts = baseline_prompts(c)
+    prefix = [t for t, s in zip(c.token_ids, c.segment_ids) if s == 0]
+    branches = [s for s, p in enumerate(c.parents) if p == 0]
+    assert len(prompts) == len(branches) == 3
+    for pr, seg in zip(prompts, branches):
+        assert pr.ids == prefix + [t for t, s in zip(c.token_ids, c.segment_ids) if s == seg]
+        assert all(pos == len(pr.ids) - 1 for pos, _, _ in pr.reads)  # single-token readouts: last position
+
+
+def test_variants_agree(tiny_model, tiny_tokenizer):
+    engine = Engine.from_model(tiny_model, tiny_tokenizer)
+    items = _items(engine, [three_question_request(), three_question_request(state="short"),
+                            three_question_request(state="a much longer state " * 20)])
+    naive, lat_n = run_naive(tiny_model, items, torch.device("cpu"))
+    batched, lat_b, padded = run_batched(tiny_model, items, torch.device("cpu"), batch_tokens=256, pad_id=engine.pad_id)
+    eng, lat_e, share = run_engine(engine, items)
+    assert len(lat_n) == len(lat_b) == len(lat_e) == 3 and padded > 0 and 0 <= share < 1
+    assert max_prob_diff(naive, eng) < 1e-4
+    assert max_prob_diff(batched, eng) < 1e-4
+    assert abs(sum(eng[0][0]) - 1) < 1e-9
+
+
+def test_label_sequence_prompts_agree(tiny_llama, tiny_tokenizer):
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer, readout="label-sequence")
+    items = _items(engine, [three_question_request()])
+    naive, _ = run_naive(tiny_llama, items, torch.device("cpu"))
+    batched, _, _ = run_batched(tiny_llama, items, torch.device("cpu"), batch_tokens=4096, pad_id=engine.pad_id)
+    eng, _, _ = run_engine(engine, items)
+    assert max_prob_diff(naive, eng) < 1e-4 and max_prob_diff(batched, eng) < 1e-4
+
+
+def test_helpers():
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert percentile([5.0], 0.95) == 5.0
+    assert set(MODEL_CONFIGS) == {"smollm2-135m", "llama-0.5b", "llama-8b"}
+
+
+def test_non_embedding_params_counts_tied_head_once(tiny_llama):
+    total = sum(p.numel() for p in tiny_llama.parameters())
+    assert non_embedding_params(tiny_llama) == total - tiny_llama.get_input_embeddings().weight.numel()
+
+
+def test_markdown_renders():
+    v = {"decisions_per_s": 2.0, "requests_per_s": 1.0, "tokens_per_s": 100.0, "latency_p50_s": 0.5,
+         "latency_p95_s": 0.9, "peak_memory_bytes": 2 ** 30, "share_of_matmul_peak": 0.25}
+    result = {"workloads": [{"name": "w", "variants": {"naive": v, "batched": v, "engine": v}, "max_prob_diff": 1e-6,
+                             "padding_share": 0.1}],
+              "cost_16q_vs_1q": {"seconds_16q": 1.0, "seconds_1q": 0.8, "ratio": 1.25, "tokens_16q": 10,
+                                 "tokens_1q": 5},
+              "matmul_peak_flops": 1.5e11, "dtype": "float32", "device": "cpu", "threads": 2,
+              "non_embedding_params": 1e8, "weights": "pretrained"}
+    table = markdown(result)
+    assert "| w | engine | 2.00 |" in table and "1.25x" in table
