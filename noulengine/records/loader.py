@@ -39,6 +39,8 @@ def parse_json_line(text: str, *, file=None, line=None):
         return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
     except ValueError as exc:
         raise RecordError(f"invalid JSON: {exc}", file=file, line=line) from None
+    except RecursionError:
+        raise RecordError("invalid JSON: nested too deeply", file=file, line=line) from None
 
 
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, str]]:
