@@ -60,7 +60,7 @@ def test_request_checks_questions_for_nan_and_id_type():
 @pytest.mark.parametrize("obj,field", [
     ({"state": "\ud800", "questions": CHOICE}, "state"),
     ({"state": 1, "questions": {"q": {"type": "choice", "instructions": "x", "criteria": {"\udcff": None, "b": None}}}},
-     "questions.q.criteria (a key)"),
+     "questions.q.criteria"),
 ])
 def test_lone_surrogates_are_a_record_error(obj, field):
     with pytest.raises(RecordError) as err:

@@ -141,7 +141,10 @@ def _check_finite(value: Any, rid, path: str) -> None:
     elif isinstance(value, dict):
         for k, v in value.items():
             if isinstance(k, str):
-                _check_text(k, rid, f"{path} (a key)")
+                try:
+                    k.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise _fail(rid, path, f"a key in this object is not valid Unicode (lone surrogate in {k!r})") from None
             _check_finite(v, rid, f"{path}.{k}")
     elif isinstance(value, list):
         for i, v in enumerate(value):
