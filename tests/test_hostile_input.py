@@ -98,3 +98,50 @@ def test_unexpected_exception_in_one_request_keeps_the_others(tiny_llama, tiny_t
     monkeypatch.setattr(engine.compiler, "compile", flaky)
     out = engine.decide_batch([good, {"id": "boom", "state": 1, "questions": CHOICE}])
     assert out[0].ok and out[1].error["error_type"] == "TypeError" and out[1].id == "boom"
+
+
+def _cli(monkeypatch, tiny_llama, tiny_tokenizer, argv):
+    from noulengine import cli
+
+    loads = []
+    monkeypatch.setattr(cli, "engine_from_args", lambda args: loads.append(1) or Engine.from_model(tiny_llama, tiny_tokenizer))
+    return cli.main(["decide", "--no-progress", *argv]), loads
+
+
+def test_cli_bad_utf8_line_is_one_error_row_not_a_crash(tiny_llama, tiny_tokenizer, monkeypatch, tmp_path):
+    import json
+
+    good = json.dumps({"id": "g", "state": "s", "questions": CHOICE}).encode()  # labels a, b
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"\n".join([good, b"\xff\xfe not utf-8", good.replace(b'"g"', b'"h"') + b"\r"]))  # no final newline
+    out = tmp_path / "out.jsonl"
+    rc, _ = _cli(monkeypatch, tiny_llama, tiny_tokenizer, ["--input", str(src), "--output", str(out)])
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert rc == 1 and [r["line"] for r in rows] == [1, 2, 3]
+    assert rows[0]["id"] == "g" and rows[2]["id"] == "h" and not rows[0]["error"] and not rows[2]["error"]
+    assert "not UTF-8" in rows[1]["error"]["message"] and rows[1]["error"]["line"] == 2
+
+
+def test_load_records_keeps_going_after_a_bad_utf8_line(tmp_path):
+    import json
+
+    from noulengine.records import load_records
+
+    good = json.dumps({"id": "r1", "state": "s", "questions": CHOICE}).encode()
+    src = tmp_path / "r.jsonl"
+    src.write_bytes(good + b"\n\xff\n" + good.replace(b'"r1"', b'"r2"') + b"\n")
+    res = load_records(src)
+    assert [r.id for r in res.records] == ["r1", "r2"] and [e.line for e in res.errors] == [2]
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--state", "{bad", "--questions", '{"q": {"type": "noul", "instructions": "x"}}'], "--state is not valid JSON"),
+    (["--questions", '{"q": {"type": "noul", "instructions": "x"}, "q": {"type": "noul", "instructions": "y"}}'],
+     "duplicate key 'q'"),
+    (["--questions", '{"q": {"type": "noul", "instructions": NaN}}'], "NaN is not valid JSON"),
+    (["--input", "/nonexistent/in.jsonl"], "cannot read --input"),
+    (["--input", "x.jsonl", "--chunk", "0"], "--chunk must be at least 1"),
+])
+def test_cli_bad_arguments_exit_2_before_loading_a_model(tiny_llama, tiny_tokenizer, monkeypatch, capsys, argv, words):
+    rc, loads = _cli(monkeypatch, tiny_llama, tiny_tokenizer, argv)
+    assert rc == 2 and not loads and words in capsys.readouterr().err
