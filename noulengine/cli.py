@@ -38,13 +38,22 @@ def add_engine_args(parser: argparse.ArgumentParser, *, skip: tuple[str, ...] = 
 
 
 def engine_from_args(args: argparse.Namespace):
-    """Build an :class:`~noulengine.Engine` from parsed engine flags."""
+    """Build an :class:`~noulengine.Engine` from parsed engine flags.
+
+    A ``--model`` that names nothing loadable ends the command with exit status 2 and a one-line
+    error (no traceback).
+    """
     from noulengine.engine.engine import Engine
+    from noulengine.models.loading import ModelNotFoundError
 
     cls = _engine_config_cls()
     kwargs = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
     model = kwargs.pop("model", None)
-    return Engine.from_pretrained(model, **kwargs)
+    try:
+        return Engine.from_pretrained(model, **kwargs)
+    except ModelNotFoundError as exc:
+        print(f"error: --model: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _read_json_arg(value: str):

@@ -145,3 +145,15 @@ def test_load_records_keeps_going_after_a_bad_utf8_line(tmp_path):
 def test_cli_bad_arguments_exit_2_before_loading_a_model(tiny_llama, tiny_tokenizer, monkeypatch, capsys, argv, words):
     rc, loads = _cli(monkeypatch, tiny_llama, tiny_tokenizer, argv)
     assert rc == 2 and not loads and words in capsys.readouterr().err
+
+
+def test_missing_model_is_exit_2_with_one_line(capsys, tmp_path):
+    import argparse
+
+    from noulengine.cli import add_engine_args, engine_from_args
+
+    ap = argparse.ArgumentParser()
+    add_engine_args(ap)
+    with pytest.raises(SystemExit) as ex:
+        engine_from_args(ap.parse_args(["--model", str(tmp_path / "no-such-model")]))
+    assert ex.value.code == 2 and "error: --model:" in capsys.readouterr().err
