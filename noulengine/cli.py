@@ -38,21 +38,33 @@ def add_engine_args(parser: argparse.ArgumentParser, *, skip: tuple[str, ...] = 
 
 
 def engine_from_args(args: argparse.Namespace):
-    """Build an :class:`~noulengine.Engine` from parsed engine flags."""
+    """Build an :class:`~noulengine.Engine` from parsed engine flags.
+
+    A ``--model`` that names nothing loadable ends the command with exit status 2 and a one-line
+    error (no traceback).
+    """
     from noulengine.engine.engine import Engine
+    from noulengine.models.loading import ModelNotFoundError
 
     cls = _engine_config_cls()
     kwargs = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
     model = kwargs.pop("model", None)
-    return Engine.from_pretrained(model, **kwargs)
+    try:
+        return Engine.from_pretrained(model, **kwargs)
+    except ModelNotFoundError as exc:
+        print(f"error: --model: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _read_json_arg(value: str):
     """A JSON value given inline or as a path to a JSON file."""
+    from noulengine.records.loader import _no_duplicate_keys, _reject_constant
+
+    strict = {"parse_constant": _reject_constant, "object_pairs_hook": _no_duplicate_keys}  # as JSONL lines
     path = Path(value)
     if not value.lstrip().startswith(("{", "[", '"')) and path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
-    return json.loads(value)
+        return json.loads(path.read_text(encoding="utf-8"), **strict)
+    return json.loads(value, **strict)
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
@@ -60,27 +72,49 @@ def cmd_decide(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from noulengine.records.errors import RecordError
-    from noulengine.records.loader import iter_jsonl, parse_json_line
+    from noulengine.records.loader import iter_jsonl_lines, parse_json_line
 
     if bool(args.input) == bool(args.questions):
         print("error: give either --input FILE or --state/--questions", file=sys.stderr)
         return 2
+    if args.chunk < 1:
+        print(f"error: --chunk must be at least 1, got {args.chunk}", file=sys.stderr)
+        return 2
+    # Read and check the input before the model loads: a typo costs no load time and no traceback.
+    if args.questions:
+        try:
+            state = _read_json_arg(args.state) if args.state is not None else ""
+        except (OSError, ValueError) as exc:
+            print(f"error: --state is not valid JSON (inline or a file): {exc}", file=sys.stderr)
+            return 2
+        try:
+            questions = _read_json_arg(args.questions)
+        except (OSError, ValueError) as exc:
+            print(f"error: --questions is not valid JSON (inline or a file): {exc}", file=sys.stderr)
+            return 2
+    else:
+        try:
+            lines = list(iter_jsonl_lines(args.input))
+        except OSError as exc:
+            print(f"error: cannot read --input {args.input}: {exc}", file=sys.stderr)
+            return 2
     engine = engine_from_args(args)
     if args.questions:
-        state = _read_json_arg(args.state) if args.state is not None else ""
-        request = {"state": state, "questions": _read_json_arg(args.questions)}
+        request = {"state": state, "questions": questions}
         decision = engine.decide_batch([request])[0]
         print(json.dumps(decision.to_dict(), ensure_ascii=False, indent=2))
         return 0 if decision.ok else 1
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     n_err = n_ok = 0
-    lines = list(iter_jsonl(args.input))
     bar = tqdm(total=len(lines), unit="req", file=sys.stderr, disable=args.no_progress)
     try:
         for start in range(0, len(lines), args.chunk):
             chunk = lines[start:start + args.chunk]
             items, rows = [], []
             for n, text in chunk:
+                if isinstance(text, RecordError):  # not UTF-8
+                    rows.append((n, text.to_dict()))
+                    continue
                 try:
                     items.append(parse_json_line(text, file=args.input, line=n))
                     rows.append((n, None))

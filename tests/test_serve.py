@@ -341,3 +341,26 @@ def test_cli_serve_verb_delegates(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--help"])
     assert exc.value.code == 0 and "--max-wait-ms" in capsys.readouterr().out
+
+
+def test_duplicate_keys_in_body_are_422_not_a_dropped_option(client):
+    body = ('{"state": 1, "questions": {"q": {"type": "choice", "instructions": "x", '
+            '"criteria": {"a": "first", "a": "second", "b": null}}}}')
+    for path in ("/v1/decide", "/v1/systemone"):
+        r = client.post(path, content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 422, r.text
+        item = strict_json(r)["detail"][0]
+        assert item["type"] == "json_invalid" and "duplicate key 'a'" in item["msg"]
+
+
+def test_systemone_images_are_not_silently_dropped(client):
+    r = client.post("/v1/systemone", json={"state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}},
+                                           "images": [png_b64()]})
+    assert r.status_code == 400 and strict_json(r)["detail"]["error_type"] == "unsupported_modality"
+
+
+def test_lone_surrogates_are_422_naming_the_field(client):
+    body = '{"state": "\\ud800", "questions": {"q": {"type": "noul", "instructions": "x"}}}'
+    for path in ("/v1/decide", "/v1/systemone"):
+        r = client.post(path, content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 422 and strict_json(r)["detail"][0]["loc"] == ["body", "state"], r.text

@@ -170,7 +170,7 @@ class Engine:
                         f"({len(req.images)} given); use a vision-language model or remove the images")
                 compiled[i] = self.compiler.compile(req)
                 parsed[i] = req
-            except (NoulEngineError, ValueError) as exc:
+            except Exception as exc:  # noqa: BLE001 - one bad request never loses the others' answers
                 if on_error == "raise":
                     raise
                 rid = item.id if isinstance(item, Request) else (item.get("id") if isinstance(item, dict) else None)

@@ -39,18 +39,35 @@ def parse_json_line(text: str, *, file=None, line=None):
         return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
     except ValueError as exc:
         raise RecordError(f"invalid JSON: {exc}", file=file, line=line) from None
+    except RecursionError:
+        raise RecordError("invalid JSON: nested too deeply", file=file, line=line) from None
 
 
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, text)`` for each line of a UTF-8 file (1-based; trailing newline ok)."""
+def iter_jsonl_lines(path: str | Path) -> Iterator[tuple[int, str | RecordError]]:
+    """Yield ``(line_number, text)`` for each line of a file (1-based; trailing newline ok); a
+    line that is not UTF-8 yields ``(line_number, RecordError)`` instead, so the lines after it
+    are still read."""
     path = Path(path)
     with path.open("rb") as fh:
         for n, raw in enumerate(fh, start=1):
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise RecordError(f"not UTF-8: {exc}", file=path, line=n) from None
+                yield n, RecordError(f"not UTF-8: {exc}", file=path, line=n)
+                continue
             yield n, text.rstrip("\n").rstrip("\r")
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` for each line of a UTF-8 file (1-based; trailing newline ok).
+
+    Raises:
+        RecordError: at the first line that is not UTF-8 (see :func:`iter_jsonl_lines`).
+    """
+    for n, text in iter_jsonl_lines(path):
+        if isinstance(text, RecordError):
+            raise text
+        yield n, text
 
 
 @dataclass
@@ -82,7 +99,10 @@ def load_records(path: str | Path, *, parse: Callable = parse_record, check_dupl
     path = Path(path)
     result = LoadResult()
     seen: dict[str, int] = {}
-    for n, text in iter_jsonl(path):
+    for n, text in iter_jsonl_lines(path):
+        if isinstance(text, RecordError):
+            result.errors.append(text)
+            continue
         try:
             rec = parse(parse_json_line(text, file=path, line=n))
         except RecordError as exc:

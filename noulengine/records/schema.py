@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -123,12 +124,27 @@ def _fail(rid, fld, rule) -> RecordError:
     return RecordError(rule, record_id=rid, field=fld)
 
 
+def _check_text(value: str, rid, path: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _fail(rid, path, f"string is not valid Unicode (lone surrogate at position {exc.start})") from None
+
+
 def _check_finite(value: Any, rid, path: str) -> None:
-    """Reject NaN/Infinity anywhere in a JSON value (Python's json accepts them by default)."""
+    """Reject NaN/Infinity anywhere in a JSON value (Python's json accepts them by default), and
+    strings (values or keys) with lone surrogates, which no tokenizer or UTF-8 writer accepts."""
     if isinstance(value, float) and not math.isfinite(value):
         raise _fail(rid, path, f"non-finite number {value!r} is not valid JSON")
-    if isinstance(value, dict):
+    if isinstance(value, str):
+        _check_text(value, rid, path)
+    elif isinstance(value, dict):
         for k, v in value.items():
+            if isinstance(k, str):
+                try:
+                    k.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise _fail(rid, path, f"a key in this object is not valid Unicode (lone surrogate in {k!r})") from None
             _check_finite(v, rid, f"{path}.{k}")
     elif isinstance(value, list):
         for i, v in enumerate(value):
@@ -163,6 +179,8 @@ def parse_question(fld: str, raw: Any, *, record_id: str | None = None) -> Quest
         raise _fail(rid, f"{path}.instructions", "instructions are required (a string, object or array)")
     if not isinstance(instructions, (str, dict, list)):
         raise _fail(rid, f"{path}.instructions", f"expected a string, object or array, got {type(instructions).__name__}")
+    if isinstance(instructions, (dict, list)) and not instructions:
+        raise _fail(rid, f"{path}.instructions", f"instructions must not be an empty {type(instructions).__name__}")
     criteria = raw.get("criteria")
     cpath = f"{path}.criteria"
 
@@ -171,6 +189,8 @@ def parse_question(fld: str, raw: Any, *, record_id: str | None = None) -> Quest
             raise _fail(rid, cpath, "a choice question needs criteria: an ordered label -> description object")
         labels = tuple(criteria.keys())
         for label in labels:
+            if not isinstance(label, str):
+                raise _fail(rid, cpath, f"choice labels must be strings, got {type(label).__name__} {label!r}")
             if not label.strip():
                 raise _fail(rid, cpath, "choice labels must be non-empty")
         if len(labels) < 2:
@@ -182,10 +202,16 @@ def parse_question(fld: str, raw: Any, *, record_id: str | None = None) -> Quest
         if isinstance(criteria, list):
             descriptions = tuple(_description(d, rid, f"{cpath}[{i}]") for i, d in enumerate(criteria))
         elif isinstance(criteria, dict):
-            try:
-                levels = sorted((int(k), k) for k in criteria)
-            except ValueError:
-                raise _fail(rid, cpath, "score criteria keys must be the integers 0..n-1") from None
+            levels = []
+            for k in criteria:
+                if isinstance(k, int) and not isinstance(k, bool) and k >= 0:
+                    levels.append((k, k))
+                elif isinstance(k, str) and re.fullmatch(r"0|[1-9][0-9]{0,5}", k):
+                    levels.append((int(k), k))
+                else:  # no silent coercion of "+1", " 1", "01", 1.5 or True
+                    raise _fail(rid, f"{cpath}.{k}", f"score criteria keys must be the integers 0..n-1 "
+                                                     f"written plainly, got {k!r}")
+            levels.sort()
             if [lvl for lvl, _ in levels] != list(range(len(levels))):
                 raise _fail(rid, cpath, f"score levels must be exactly 0..{len(levels) - 1}, got {[k for _, k in levels]}")
             descriptions = tuple(_description(criteria[k], rid, f"{cpath}.{k}") for _, k in levels)
@@ -283,16 +309,17 @@ def parse_record(obj: Any) -> Record:
     rid = obj.get("id")
     if not isinstance(rid, str) or not rid:
         raise _fail(None, "id", f"every record needs a non-empty string id, got {rid!r}")
+    _check_text(rid, None, "id")
     for key, value in obj.items():
         _check_finite(value, rid, key)
     if "state" not in obj:
         raise _fail(rid, "state", "state is required (any JSON value)")
     questions = parse_questions(obj.get("questions"), record_id=rid)
-    parsed_images = _parse_images(rid, obj.get("images") or [])
+    parsed_images = _parse_images(rid, [] if obj.get("images") is None else obj["images"])
     role = obj.get("validation_role")
     if role is not None and role not in VALIDATION_ROLES:
         raise _fail(rid, "validation_role", f"expected one of {list(VALIDATION_ROLES)}, got {role!r}")
-    raw_targets = obj.get("targets") or {}
+    raw_targets = {} if obj.get("targets") is None else obj["targets"]
     if not isinstance(raw_targets, dict):
         raise _fail(rid, "targets", "targets must be an object keyed by question field")
     by_field = {q.field: q for q in questions}
@@ -316,6 +343,8 @@ def parse_record(obj: Any) -> Record:
             elif t.label is None:
                 targets[fld] = Target(label=legacy, probabilities=t.probabilities)
     category = obj.get("category")
+    if category is not None and not isinstance(category, str):
+        raise _fail(rid, "category", f"category must be a string or null, got {type(category).__name__}")
     known = {"id", "state", "questions", "images", "targets", "validation_role", "category"}
     metadata = {k: v for k, v in obj.items() if k not in known}
     request = Request(state=obj["state"], questions=questions, images=parsed_images, id=rid)
@@ -349,12 +378,17 @@ def request_from_json(obj: Any, *, request_id: str | None = None) -> Request:
     if not isinstance(obj, dict):
         raise RecordError(f"a request must be a JSON object, got {type(obj).__name__}")
     rid = request_id if request_id is not None else obj.get("id")
-    rid = rid if isinstance(rid, str) else None
-    _check_finite(obj.get("state"), rid, "state")
+    if rid is not None and not isinstance(rid, str):
+        raise _fail(None, "id", f"id must be a string or null, got {type(rid).__name__} {rid!r}")
+    if rid is not None:
+        _check_text(rid, None, "id")
+    for key in ("state", "questions"):
+        _check_finite(obj.get(key), rid, key)
     if "state" not in obj:
         raise _fail(rid, "state", "state is required (any JSON value)")
     questions = parse_questions(obj.get("questions"), record_id=rid)
-    return Request(state=obj["state"], questions=questions, images=_parse_images(rid, obj.get("images") or []), id=rid)
+    images = _parse_images(rid, [] if obj.get("images") is None else obj["images"])
+    return Request(state=obj["state"], questions=questions, images=images, id=rid)
 
 
 def canonical_json(value: Any) -> str:

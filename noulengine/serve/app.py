@@ -20,6 +20,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse
 
 from noulengine.records.errors import RecordError
 from noulengine.records.images import check_image_list
+from noulengine.records.loader import _no_duplicate_keys
 from noulengine.records.schema import request_from_json
 from noulengine.serve import systemone
 from noulengine.serve.auth import check_key
@@ -48,7 +49,7 @@ async def read_json(request: Request):
     """The request body as JSON (strict: no NaN/Infinity), or a 422 ``json_invalid`` failure."""
     raw = await request.body()
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
     except UnicodeDecodeError as exc:
         raise ValidationFailure([], f"the body is not UTF-8: {exc}", "json_invalid") from None
     except json.JSONDecodeError as exc:

@@ -105,7 +105,7 @@ def translate_question(qid: Any, q: Any) -> dict:
 def translate_request(body: Any) -> tuple[dict, list]:
     """A Jev request body as ``(canonical request dict, score legends by question id)``.
 
-    Unknown top-level fields (and ``model``, checked by the caller) are ignored.
+    Unknown top-level fields (and ``model``, checked by the caller) are ignored; ``images`` is passed on.
 
     Raises:
         ValidationFailure: a missing ``state``/``questions`` or a malformed question.
@@ -125,7 +125,10 @@ def translate_request(body: Any) -> tuple[dict, list]:
     questions = {qid: translate_question(qid, q) for qid, q in qs.items()}
     legends = {qid: {str(i): lvl for i, lvl in enumerate(q["criteria"])}
                for qid, q in qs.items() if q.get("type") == "score"}
-    return {"state": body["state"], "questions": questions}, legends
+    canonical = {"state": body["state"], "questions": questions}
+    if body.get("images") is not None:  # never dropped: a text-only model refuses them, a VLM reads them
+        canonical["images"] = body["images"]
+    return canonical, legends
 
 
 def choice_confidence(probs: list[float]) -> float:

@@ -1,0 +1,159 @@
+"""Regression tests from a hostile-input review: odd JSON values get rule-naming errors, never
+silent coercion, and one bad request never loses the others' answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from noulengine import Engine
+from noulengine.records import RecordError, parse_record
+from noulengine.records.loader import parse_json_line
+from noulengine.records.schema import parse_question, request_from_json
+
+CHOICE = {"q": {"type": "choice", "instructions": "Pick.", "criteria": {"a": None, "b": None}}}
+
+
+def _score(criteria):
+    return {"type": "score", "instructions": "How much?", "criteria": criteria}
+
+
+@pytest.mark.parametrize("criteria", [{"0": "x", "+1": "y"}, {"0": "x", " 1": "y"}, {"0": "x", "01": "y"},
+                                      {0: "x", 1.5: "y"}, {False: "x", True: "y"}])
+def test_score_keys_are_not_silently_coerced(criteria):
+    with pytest.raises(RecordError, match="score criteria keys must be the integers"):
+        parse_question("s", _score(criteria))
+
+
+def test_plain_score_keys_still_work():
+    q = parse_question("s", _score({"1": "y", "0": "x"}))
+    assert q.labels == ("0", "1") and q.descriptions == ("x", "y")
+    assert parse_question("s", _score({0: "x", 1: "y"})).labels == ("0", "1")
+
+
+def test_non_string_choice_labels_are_a_record_error():
+    with pytest.raises(RecordError, match="choice labels must be strings"):
+        parse_question("q", {"type": "choice", "instructions": "x", "criteria": {1: None, 2: None}})
+
+
+@pytest.mark.parametrize("instructions", [{}, []])
+def test_empty_instructions_object_is_refused(instructions):
+    with pytest.raises(RecordError, match="must not be an empty"):
+        parse_question("q", {"type": "noul", "instructions": instructions})
+
+
+@pytest.mark.parametrize("key,value,field", [("images", 0, "images"), ("images", "", "images"), ("images", {}, "images"),
+                                             ("targets", [], "targets"), ("category", 5, "category")])
+def test_falsy_wrong_types_are_not_dropped(key, value, field):
+    with pytest.raises(RecordError) as err:
+        parse_record({"id": "r1", "state": "s", "questions": CHOICE, key: value})
+    assert err.value.field == field and err.value.record_id == "r1"
+
+
+def test_request_checks_questions_for_nan_and_id_type():
+    with pytest.raises(RecordError) as err:
+        request_from_json({"state": 1, "questions": {"q": {"type": "noul", "instructions": {"x": float("nan")}}}})
+    assert err.value.field == "questions.q.instructions.x"
+    with pytest.raises(RecordError, match="id must be a string"):
+        request_from_json({"id": 5, "state": 1, "questions": CHOICE})
+
+
+@pytest.mark.parametrize("obj,field", [
+    ({"state": "\ud800", "questions": CHOICE}, "state"),
+    ({"state": 1, "questions": {"q": {"type": "choice", "instructions": "x", "criteria": {"\udcff": None, "b": None}}}},
+     "questions.q.criteria"),
+])
+def test_lone_surrogates_are_a_record_error(obj, field):
+    with pytest.raises(RecordError) as err:
+        request_from_json(obj)
+    assert err.value.field == field and "surrogate" in err.value.rule
+
+
+def test_surrogate_record_id_is_not_echoed():
+    with pytest.raises(RecordError) as err:
+        parse_record(parse_json_line('{"id": "\\ud800", "state": 1, "questions": {}}'))
+    assert err.value.record_id is None and err.value.field == "id"
+
+
+def test_deeply_nested_line_is_a_record_error():
+    with pytest.raises(RecordError, match="nested too deeply"):
+        parse_json_line("[" * 100_000 + "]" * 100_000, file="f.jsonl", line=3)
+
+
+def test_unexpected_exception_in_one_request_keeps_the_others(tiny_llama, tiny_tokenizer, monkeypatch):
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer)
+    good = {"id": "ok", "state": "s", "questions": CHOICE}
+    bad = {"id": "bad", "state": "\ud800", "questions": CHOICE}
+    out = engine.decide_batch([good, bad, {"id": "i", "state": 1, "questions": {"q": {
+        "type": "choice", "instructions": "x", "criteria": {1: None, 2: None}}}}, good])
+    assert [d.ok for d in out] == [True, False, False, True]
+    assert out[1].error["field"] == "state" and out[2].error["field"] == "questions.q.criteria"
+    # anything unforeseen raised while compiling one request is recorded on that request only
+    real = engine.compiler.compile
+
+    def flaky(req):
+        if req.id == "boom":
+            raise TypeError("unforeseen")
+        return real(req)
+
+    monkeypatch.setattr(engine.compiler, "compile", flaky)
+    out = engine.decide_batch([good, {"id": "boom", "state": 1, "questions": CHOICE}])
+    assert out[0].ok and out[1].error["error_type"] == "TypeError" and out[1].id == "boom"
+
+
+def _cli(monkeypatch, tiny_llama, tiny_tokenizer, argv):
+    from noulengine import cli
+
+    loads = []
+    monkeypatch.setattr(cli, "engine_from_args", lambda args: loads.append(1) or Engine.from_model(tiny_llama, tiny_tokenizer))
+    return cli.main(["decide", "--no-progress", *argv]), loads
+
+
+def test_cli_bad_utf8_line_is_one_error_row_not_a_crash(tiny_llama, tiny_tokenizer, monkeypatch, tmp_path):
+    import json
+
+    good = json.dumps({"id": "g", "state": "s", "questions": CHOICE}).encode()  # labels a, b
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"\n".join([good, b"\xff\xfe not utf-8", good.replace(b'"g"', b'"h"') + b"\r"]))  # no final newline
+    out = tmp_path / "out.jsonl"
+    rc, _ = _cli(monkeypatch, tiny_llama, tiny_tokenizer, ["--input", str(src), "--output", str(out)])
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert rc == 1 and [r["line"] for r in rows] == [1, 2, 3]
+    assert rows[0]["id"] == "g" and rows[2]["id"] == "h" and not rows[0]["error"] and not rows[2]["error"]
+    assert "not UTF-8" in rows[1]["error"]["message"] and rows[1]["error"]["line"] == 2
+
+
+def test_load_records_keeps_going_after_a_bad_utf8_line(tmp_path):
+    import json
+
+    from noulengine.records import load_records
+
+    good = json.dumps({"id": "r1", "state": "s", "questions": CHOICE}).encode()
+    src = tmp_path / "r.jsonl"
+    src.write_bytes(good + b"\n\xff\n" + good.replace(b'"r1"', b'"r2"') + b"\n")
+    res = load_records(src)
+    assert [r.id for r in res.records] == ["r1", "r2"] and [e.line for e in res.errors] == [2]
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--state", "{bad", "--questions", '{"q": {"type": "noul", "instructions": "x"}}'], "--state is not valid JSON"),
+    (["--questions", '{"q": {"type": "noul", "instructions": "x"}, "q": {"type": "noul", "instructions": "y"}}'],
+     "duplicate key 'q'"),
+    (["--questions", '{"q": {"type": "noul", "instructions": NaN}}'], "NaN is not valid JSON"),
+    (["--input", "/nonexistent/in.jsonl"], "cannot read --input"),
+    (["--input", "x.jsonl", "--chunk", "0"], "--chunk must be at least 1"),
+])
+def test_cli_bad_arguments_exit_2_before_loading_a_model(tiny_llama, tiny_tokenizer, monkeypatch, capsys, argv, words):
+    rc, loads = _cli(monkeypatch, tiny_llama, tiny_tokenizer, argv)
+    assert rc == 2 and not loads and words in capsys.readouterr().err
+
+
+def test_missing_model_is_exit_2_with_one_line(capsys, tmp_path):
+    import argparse
+
+    from noulengine.cli import add_engine_args, engine_from_args
+
+    ap = argparse.ArgumentParser()
+    add_engine_args(ap)
+    with pytest.raises(SystemExit) as ex:
+        engine_from_args(ap.parse_args(["--model", str(tmp_path / "no-such-model")]))
+    assert ex.value.code == 2 and "error: --model:" in capsys.readouterr().err
