@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Measure each readout option of the default model on a fixed-seed sample of accuracy-v1:
-# none / permute / contextual / temperature (fitted on validation-v1, calibration rows only).
+# none / permute / contextual / temperature / contextual + temperature (temperatures fitted on
+# validation-v1 calibration rows only).
 #   bash scripts/compare_options.sh [SAMPLE] [OUT]      (defaults: 40 rows per suite, runs/options)
 # Writes one eval run folder per option and prints the comparison table (scripts/options_table.py).
 set -euo pipefail
@@ -20,4 +21,11 @@ $PY -m noulengine.calibrate --validation benchmarks/validation-v1/prepared/agnew
     --output "$OUT/calibration.json" --no-progress > "$OUT/calibrate.log" 2>&1 || [ $? -eq 3 ]
 $PY -m noulengine.eval --suite accuracy-v1 --tasks $TASKS --sample "$N" --seed 0 --calibration "$OUT/calibration.json" \
     --output "$OUT/temperature" --no-progress > "$OUT/temperature.log" 2>&1
+# Contextual debiasing, then temperatures fitted on the debiased logits.
+$PY -m noulengine.calibrate --validation benchmarks/validation-v1/prepared/agnews.jsonl \
+    --validation benchmarks/validation-v1/prepared/wildjailbreak.jsonl --limit-per-role 100 --debias contextual \
+    --output "$OUT/calibration_contextual.json" --no-progress > "$OUT/calibrate_contextual.log" 2>&1 || [ $? -eq 3 ]
+$PY -m noulengine.eval --suite accuracy-v1 --tasks $TASKS --sample "$N" --seed 0 --debias contextual \
+    --calibration "$OUT/calibration_contextual.json" --output "$OUT/contextual_temperature" --no-progress \
+    > "$OUT/contextual_temperature.log" 2>&1
 $PY scripts/options_table.py "$OUT"

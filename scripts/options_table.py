@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-OPTIONS = ("none", "permute", "contextual", "temperature")
+OPTIONS = ("none", "permute", "contextual", "temperature", "contextual_temperature")
 
 
 def fmt(x, pct=False):
