@@ -217,6 +217,8 @@ def test_api_key(engine):
 
 
 def test_full_queue_gets_429(engine):
+    from noulengine.records.schema import request_from_json
+
     app = create_app(engine, ServeConfig(model_name="tiny", max_queue=1))
     gate = threading.Event()
     real = engine.decide_batch
@@ -226,25 +228,20 @@ def test_full_queue_gets_429(engine):
         return real(*a, **k)
 
     with TestClient(app) as c:
-        engine_obj = app.state.worker.engine
-        engine_obj.decide_batch = slow
+        worker = app.state.worker
+        worker.engine.decide_batch = slow
         try:
-            results = {}
-            t = threading.Thread(target=lambda: results.setdefault("first", c.post("/v1/decide", json=three_question_request())))
-            t.start()
-            deadline = time.monotonic() + 60  # a loaded CI machine can take a while to start the thread
-            while not app.state.worker.depth and time.monotonic() < deadline:
-                threading.Event().wait(0.01)
-            assert app.state.worker.depth, "the first request never reached the worker"
+            # Fill the one queue slot directly (no client thread to race with), then ask over HTTP.
+            first = worker.submit(request_from_json(three_question_request()))
+            assert worker.depth == 1
             r = c.post("/v1/decide", json=three_question_request())
             assert r.status_code == 429 and r.headers["retry-after"] == "1"
             assert r.json()["detail"]["error_type"] == "overloaded"
             gate.set()
-            t.join(10)
-            assert results["first"].status_code == 200
+            assert first.result(timeout=60).ok
         finally:
             gate.set()
-            del engine_obj.decide_batch
+            del worker.engine.decide_batch
 
 
 def test_metrics_text(client):

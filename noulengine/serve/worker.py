@@ -117,6 +117,9 @@ class BatchWorker:
             if self._stop:
                 return []
             batch = [self._queue.popleft()]
+            # Popped items count as in flight at once: cv.wait() below releases the lock, and
+            # submit() must still see them when it checks max_queue.
+            self._in_flight = 1
             tokens = batch[0].tokens
             deadline = time.monotonic() + self.max_wait_s
             while len(batch) < self.max_batch_requests and tokens < self.max_batch_tokens:
@@ -125,6 +128,7 @@ class BatchWorker:
                     if tokens + nxt.tokens > self.max_batch_tokens:
                         break
                     batch.append(self._queue.popleft())
+                    self._in_flight = len(batch)
                     tokens += nxt.tokens
                     continue
                 left = deadline - time.monotonic()
