@@ -63,3 +63,17 @@ def test_output_fields_and_json(tiny_llama, tiny_tokenizer):
     for ans in (topic, risk, flag):
         assert ans["confidence"] == max(ans["probabilities"].values())
         assert 0 < ans["x_mass"] <= 1 and ans["temperature"] == 1.0
+
+
+def test_plan_batches_bounds_tokens_rows_and_padding():
+    from noulengine.engine.batching import plan_batches
+
+    lengths = [100, 95, 90, 60, 58, 300, 10, 11, 12, 13]
+    batches = plan_batches(lengths, batch_tokens=250, max_batch_size=3)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        width = max(lengths[i] for i in b)
+        assert len(b) == 1 or len(b) * width <= 250
+        assert len(b) <= 3
+        assert all(lengths[i] >= width * 0.875 for i in b)  # at most 1/8 of any row is padding
+    assert [5] in batches  # over the budget alone: still answered, in a batch of its own

@@ -38,19 +38,32 @@ class Batch:
         return 1.0 - self.real_tokens / max(self.padded_tokens, 1)
 
 
-def plan_batches(lengths: list[int], *, batch_tokens: int, max_batch_size: int = 64) -> list[list[int]]:
+def plan_batches(lengths: list[int], *, batch_tokens: int, max_batch_size: int = 64,
+                 max_row_padding: float = 0.125) -> list[list[int]]:
     """Group request indices into batches, longest first, each within ``batch_tokens`` padded tokens.
+
+    Args:
+        lengths: packed tokens per request.
+        batch_tokens: padded tokens (rows x width) per batch at most.
+        max_batch_size: rows per batch at most.
+        max_row_padding: a request joins the current batch only if padding it to the batch width
+            wastes at most this share of its row (0.125: 1/8); padding is pure wasted compute on
+            a CPU, where one long row already runs the matmuls near peak.
 
     A request longer than the budget still gets a batch of its own (it was already accepted by
     the compiler's limits). Sorting by length keeps padding small and makes an out-of-memory
     error happen on the first batch, not the last.
+
+    Returns:
+        Batches of request indices; every index appears exactly once.
     """
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     batches: list[list[int]] = []
     current: list[int] = []
     for i in order:
         width = lengths[current[0]] if current else lengths[i]  # first is the longest
-        if current and ((len(current) + 1) * width > batch_tokens or len(current) >= max_batch_size):
+        too_short = lengths[i] < width * (1.0 - max_row_padding)
+        if current and ((len(current) + 1) * width > batch_tokens or len(current) >= max_batch_size or too_short):
             batches.append(current)
             current = []
         current.append(i)
