@@ -106,6 +106,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
         return 0 if decision.ok else 1
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     n_err = n_ok = 0
+    first_line_of_id: dict = {}  # a repeated id would make the output rows ambiguous to join on
     bar = tqdm(total=len(lines), unit="req", file=sys.stderr, disable=args.no_progress)
     try:
         for start in range(0, len(lines), args.chunk):
@@ -116,10 +117,20 @@ def cmd_decide(args: argparse.Namespace) -> int:
                     rows.append((n, text.to_dict()))
                     continue
                 try:
-                    items.append(parse_json_line(text, file=args.input, line=n))
-                    rows.append((n, None))
+                    item = parse_json_line(text, file=args.input, line=n)
                 except RecordError as exc:
                     rows.append((n, exc.to_dict()))
+                    continue
+                rid = item.get("id") if isinstance(item, dict) else None
+                if isinstance(rid, (str, int)) and not isinstance(rid, bool):
+                    if rid in first_line_of_id:
+                        err = RecordError(f"duplicate id (first on line {first_line_of_id[rid]})", file=args.input,
+                                          line=n, record_id=rid, field="id")
+                        rows.append((n, err.to_dict()))
+                        continue
+                    first_line_of_id[rid] = n
+                items.append(item)
+                rows.append((n, None))
             decisions = iter(engine.decide_batch(items, progress=None))
             for n, err in rows:
                 row = {"line": n, "id": None, "answers": {}, "usage": {"input_tokens": 0}, "latency_s": 0.0,

@@ -70,3 +70,20 @@ def test_invalid_external_answers_count_as_errors(tmp_path):
     report = score_file("agnews", path)
     assert report["counts"]["scored"] == 1
     assert report["counts"]["error_kinds"]["invalid_answer"] == 2
+
+
+def test_score_reports_every_bad_prediction_line(tmp_path):
+    ok = {"row": 0, "answers": {"decision": {"probabilities": {"world": 0.7, "sports": 0.1, "business": 0.1,
+                                                                "sci_tech": 0.1}}}}
+    lines = [json.dumps(ok).encode(), b"\xff\xfe", json.dumps(ok).encode(), b"[1, 2]",
+             json.dumps({"row": 10**6, "answers": {}}).encode(),
+             json.dumps({"row": 3, "answers": {"topic": {"probabilities": {"world": 1.0}}}}).encode()]
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(ValueError) as info:
+        score_file("agnews", path)
+    msg = str(info.value)
+    assert msg.startswith("5 bad prediction line(s)")
+    for words in (":2: not UTF-8", ":3: row 0 predicted twice", ":4: expected a JSON object",
+                  ":5: suite 'agnews' has no row 1000000", ":6: answers name field(s) ['topic']"):
+        assert words in msg, words

@@ -122,6 +122,22 @@ def test_cli_bad_utf8_line_is_one_error_row_not_a_crash(tiny_llama, tiny_tokeniz
     assert "not UTF-8" in rows[1]["error"]["message"] and rows[1]["error"]["line"] == 2
 
 
+def test_cli_duplicate_id_is_an_error_row_and_the_first_is_answered(tiny_llama, tiny_tokenizer, monkeypatch, tmp_path):
+    import json
+
+    rows_in = [{"id": "a", "state": "s", "questions": CHOICE}, {"id": "b", "state": "t", "questions": CHOICE},
+               {"id": "a", "state": "u", "questions": CHOICE}]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows_in), encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    rc, _ = _cli(monkeypatch, tiny_llama, tiny_tokenizer, ["--input", str(src), "--output", str(out), "--chunk", "2"])
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert rc == 1 and [r["line"] for r in rows] == [1, 2, 3]
+    assert not rows[0]["error"] and not rows[1]["error"] and rows[0]["id"] == "a"
+    err = rows[2]["error"]
+    assert err["record_id"] == "a" and err["field"] == "id" and "duplicate id (first on line 1)" in err["message"]
+
+
 def test_load_records_keeps_going_after_a_bad_utf8_line(tmp_path):
     import json
 

@@ -39,12 +39,16 @@ def to_answer_map(row: dict, record) -> dict:
 def score_file(suite_name: str, predictions: str | Path, *, source=None) -> dict:
     """Score a predictions file against a verified suite.
 
-    Rows of the suite with no prediction count as errors (coverage < 1). Raises ``ValueError``
-    for a prediction that names a row or id the suite does not have, or names one twice.
+    Rows of the suite with no prediction count as errors (coverage < 1).
+
+    Raises:
+        ValueError: listing every bad line (not UTF-8, not a JSON object, a row or id the suite
+            does not have, a row predicted twice, an answer for a field the row does not ask).
     """
     from noulengine.eval.suites import get_suite
     from noulengine.metrics import Scorer
-    from noulengine.records.loader import iter_jsonl, parse_json_line
+    from noulengine.records.errors import RecordError
+    from noulengine.records.loader import iter_jsonl_lines, parse_json_line
 
     suite = get_suite(suite_name)
     rows = suite.load(source=source)
@@ -53,22 +57,39 @@ def score_file(suite_name: str, predictions: str | Path, *, source=None) -> dict
     for i, rec in rows:
         by_id.setdefault(rec.id, []).append(i)
     got: dict[int, dict] = {}
-    for n, text in iter_jsonl(predictions):
-        row = parse_json_line(text, file=predictions, line=n)
-        if row.get("suite") not in (None, suite_name):
-            continue
-        if "row" in row:
-            idx = int(row["row"])
-        else:
-            ids = by_id.get(row.get("id"), [])
-            if len(ids) != 1:
-                raise ValueError(f"{predictions}:{n}: id {row.get('id')!r} matches {len(ids)} suite rows; give 'row'")
-            idx = ids[0]
-        if idx not in by_row:
-            raise ValueError(f"{predictions}:{n}: suite {suite_name!r} has no row {idx}")
-        if idx in got:
-            raise ValueError(f"{predictions}:{n}: row {idx} predicted twice")
-        got[idx] = to_answer_map(row, by_row[idx])
+    problems: list[str] = []  # every bad line is reported, not just the first
+    for n, text in iter_jsonl_lines(predictions):
+        try:
+            if isinstance(text, RecordError):  # not UTF-8
+                raise text
+            row = parse_json_line(text, file=predictions, line=n)
+            if not isinstance(row, dict):
+                raise ValueError(f"{predictions}:{n}: expected a JSON object, got {type(row).__name__}")
+            if row.get("suite") not in (None, suite_name):
+                continue
+            if "row" in row:
+                if not isinstance(row["row"], int) or isinstance(row["row"], bool):
+                    raise ValueError(f"{predictions}:{n}: field 'row' must be an integer, got {row['row']!r}")
+                idx = row["row"]
+            else:
+                ids = by_id.get(row.get("id"), [])
+                if len(ids) != 1:
+                    raise ValueError(f"{predictions}:{n}: id {row.get('id')!r} matches {len(ids)} suite rows; give 'row'")
+                idx = ids[0]
+            if idx not in by_row:
+                raise ValueError(f"{predictions}:{n}: suite {suite_name!r} has no row {idx}")
+            if idx in got:
+                raise ValueError(f"{predictions}:{n}: row {idx} predicted twice")
+            unknown = sorted(set((row.get("response", row).get("answers") or {}))
+                             - {q.field for q in by_row[idx].request.questions})
+            if unknown:
+                raise ValueError(f"{predictions}:{n}: answers name field(s) {unknown} that suite row {idx} does not ask")
+            got[idx] = to_answer_map(row, by_row[idx])
+        except ValueError as exc:  # RecordError is a ValueError
+            problems.append(str(exc))
+    if problems:
+        shown = "\n".join(problems[:50]) + (f"\n... and {len(problems) - 50} more" if len(problems) > 50 else "")
+        raise ValueError(f"{len(problems)} bad prediction line(s) in {predictions}:\n{shown}")
     scorer = Scorer()
     for i, rec in rows:
         rec.metadata["suite"] = suite_name
