@@ -40,6 +40,8 @@ def rec(**kw):
      "contradicts"),
     (rec(state={"x": [1.0, float("nan")]}), "state.x[1]", "non-finite"),
     (rec(questions={f"q{i}": CHOICE for i in range(17)}), "questions", "at most 16"),
+    (rec(questions={"q": {"type": "noul", "instructions": "x", "critera": {"true": "t"}}}), "questions.q.critera",
+     "unknown question key 'critera'"),
 ])
 def test_rule_errors_name_record_field_and_rule(bad, field, words):
     with pytest.raises(RecordError) as info:

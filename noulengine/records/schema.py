@@ -17,6 +17,9 @@ Question types and their candidate labels, in order:
   the integers ``0 .. n-1``; candidates are ``"0", "1", ...`` in level order.
 * ``noul``: always the two candidates ``("no", "yes")``; optional ``criteria`` keyed
   ``true/false`` or ``yes/no`` give the descriptions.
+
+A question object has only the keys ``type``, ``instructions``, ``criteria`` and the legacy gold
+``answer``; any other key is an error (a misspelt ``criteria`` must not vanish silently).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any, Mapping
 from noulengine.records.errors import RecordError
 
 QUESTION_TYPES = ("choice", "score", "noul")
+QUESTION_KEYS = ("type", "instructions", "criteria", "answer")  # "answer": legacy gold, evaluation only
 VALIDATION_ROLES = ("calibration", "selection")
 NOUL_LABELS = ("no", "yes")
 MAX_QUESTIONS = 16
@@ -171,6 +175,10 @@ def parse_question(fld: str, raw: Any, *, record_id: str | None = None) -> Quest
         raise _fail(rid, "questions", "question ids must be non-empty strings")
     if not isinstance(raw, dict):
         raise _fail(rid, path, f"expected an object, got {type(raw).__name__}")
+    unknown = [k for k in raw if k not in QUESTION_KEYS]
+    if unknown:  # a misspelt "criteria" must not silently drop the descriptions
+        raise _fail(rid, f"{path}.{unknown[0]}", f"unknown question key {unknown[0]!r}; "
+                                                 f"question keys are {list(QUESTION_KEYS)}")
     qtype = raw.get("type")
     if qtype not in QUESTION_TYPES:
         raise _fail(rid, f"{path}.type", f"unknown type {qtype!r}; expected one of {list(QUESTION_TYPES)}")
