@@ -146,6 +146,19 @@ def test_systemone_rejects_map_scores_and_unknown_model(client):
     assert r.status_code == 404 and r.json()["detail"]["error_type"] == "model_not_found"
 
 
+@pytest.mark.parametrize("ctype, status", [
+    ("text/plain", 415), ("application/x-www-form-urlencoded", 415), ("multipart/form-data; boundary=x", 415),
+    ("application/json", 200), ("application/json; charset=utf-8", 200), ("application/vnd.api+json", 200)])
+def test_only_json_content_types_are_read(client, ctype, status):
+    # text/plain and form bodies are "simple" cross-origin requests (no CORS preflight)
+    body = json.dumps({"state": "x", "questions": {"q": {"type": "noul", "instructions": "Is it x?"}}}).encode()
+    for path in ("/v1/decide", "/v1/systemone"):
+        r = client.post(path, content=body, headers={"Content-Type": ctype})
+        assert r.status_code == status, (path, r.text)
+        if status == 415:
+            assert r.json()["detail"]["error_type"] == "unsupported_media_type" and ctype in r.json()["detail"]["message"]
+
+
 def test_nan_in_request_is_rejected(client):
     r = client.post("/v1/decide", content=b'{"state": NaN, "questions": {"q": {"type": "noul", "instructions": "x"}}}')
     assert r.status_code == 422

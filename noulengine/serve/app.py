@@ -46,7 +46,19 @@ def _reject_constant(name: str):
 
 
 async def read_json(request: Request):
-    """The request body as JSON (strict: no NaN/Infinity), or a 422 ``json_invalid`` failure."""
+    """The request body as JSON (strict: no NaN/Infinity), or a 422 ``json_invalid`` failure.
+
+    A declared Content-Type other than ``application/json`` (or ``*/*+json``) is refused with 415:
+    browsers send ``text/plain`` and form bodies cross-origin without a CORS preflight, so
+    accepting them would let any web page make a visitor's browser spend this server's compute.
+    A request without a Content-Type header is read as JSON.
+    """
+    ctype = request.headers.get("content-type")
+    if ctype is not None:
+        media = ctype.split(";", 1)[0].strip().lower()
+        if not (media == "application/json" or (media.startswith("application/") and media.endswith("+json"))):
+            raise ApiError(415, "unsupported_media_type",
+                           f"Content-Type must be application/json, got {ctype!r} (curl: add -H 'Content-Type: application/json')")
     raw = await request.body()
     try:
         return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
