@@ -22,12 +22,12 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from noulengine.calibrate.temperature import GLOBAL, default_parent
 from noulengine.records.errors import NoulEngineError
 
 FORMAT = "noulengine-calibration"
 VERSION = 1
 GROUP_MODES = ("global", "type", "type+options")
-GLOBAL = "global"
 
 
 class CalibrationFileError(NoulEngineError, ValueError):
@@ -43,14 +43,6 @@ def group_key(group_by: str, qtype: str, num_candidates: int) -> str:
     if group_by == "type+options":
         return f"{qtype}+{int(num_candidates)}"
     raise ValueError(f"group_by must be one of {list(GROUP_MODES)}, got {group_by!r}")
-
-
-def parent_key(key: str) -> str | None:
-    """``"choice+4" -> "choice" -> "global" -> None``."""
-    if key == GLOBAL:
-        return None
-    head, sep, _ = key.rpartition("+")
-    return head if sep and head else GLOBAL
 
 
 @dataclass
@@ -83,7 +75,7 @@ class Calibration:
         while key is not None:
             if key in self.temperatures:
                 return self.temperatures[key]
-            key = parent_key(key)
+            key = default_parent(key)
         return self.temperatures[GLOBAL]
 
     def to_dict(self) -> dict:
