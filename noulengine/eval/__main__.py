@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out = Path(args.output)
+    revision = git_revision()  # the code that runs is the code checked out now, not at the end
     t_load = time.perf_counter()
     engine = engine_from_args(args)
     load_s = time.perf_counter() - t_load
@@ -72,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     except SuiteError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    meta = {"suite": args.suite, "tasks": [r.name for r in results], "git_revision": git_revision(),
+    revision_at_end = git_revision()
+    meta = {"suite": args.suite, "tasks": [r.name for r in results], "git_revision": revision,
+            **({"git_revision_at_end": revision_at_end} if revision_at_end != revision else {}),
             "engine": engine.describe(), "versions": library_versions(),
             "selection": {"limit": args.limit, "sample": args.sample, "seed": args.seed},
             "model_load_s": load_s, "wall_s": time.perf_counter() - t0,
