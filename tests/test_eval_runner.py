@@ -87,3 +87,24 @@ def test_score_reports_every_bad_prediction_line(tmp_path):
     for words in (":2: not UTF-8", ":3: row 0 predicted twice", ":4: expected a JSON object",
                   ":5: suite 'agnews' has no row 1000000", ":6: answers name field(s) ['topic']"):
         assert words in msg, words
+
+
+def test_eval_without_matplotlib_fails_before_the_model_loads(monkeypatch, capsys):
+    import importlib.util
+
+    from noulengine import cli
+    from noulengine.eval.__main__ import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args: pytest.fail("the model must not load"))
+    assert main(["--tasks", "agnews", "--limit", "1", "--output", "unused"]) == 2
+    err = capsys.readouterr().err
+    assert "need matplotlib" in err and "noulengine[plots]" in err and "--no-plots" in err
+
+
+def test_no_plots_scores_without_drawing(tiny_llama, tiny_tokenizer, tmp_path):
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer)
+    results = run_eval(engine, EvalConfig(tasks=["agnews"], limit=2, output=str(tmp_path), progress=False, plots=False))
+    assert results[0].metrics["reliability"] is None and results[0].metrics["counts"]["scored"] == 2
+    assert not list(tmp_path.glob("*.png"))

@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", help="raw data folder (default $NOULENGINE_DATA or ../shared/data)")
     p.add_argument("--chunk", type=int, default=64, help="requests handed to the engine at a time")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-plots", action="store_true", help="skip the reliability diagrams (no matplotlib needed)")
     add_engine_args(p)
     return p
 
@@ -42,13 +43,19 @@ def main(argv: list[str] | None = None) -> int:
     from noulengine.eval.runner import EvalConfig, run_eval
     from noulengine.eval.suites import expand_tasks
     from noulengine.eval.suites.errors import SuiteError
+    from noulengine.metrics.reliability import require_matplotlib
 
     args = build_parser().parse_args(argv)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     try:
         expand_tasks(tasks, collection=args.suite)  # unknown names fail before the model loads
+        if not args.no_plots:
+            require_matplotlib()  # not after an hour of inference
     except SuiteError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"error: {exc}; or pass --no-plots", file=sys.stderr)
         return 2
     out = Path(args.output)
     revision = git_revision()  # the code that runs is the code checked out now, not at the end
@@ -66,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     key_path.write_text(json.dumps(key, indent=2) + "\n")
     cfg = EvalConfig(suite=args.suite, tasks=tasks, limit=args.limit, sample=args.sample, seed=args.seed,
-                     output=str(out), chunk=args.chunk, source=args.source, progress=not args.no_progress)
+                     output=str(out), chunk=args.chunk, source=args.source, progress=not args.no_progress,
+                     plots=not args.no_plots)
     t0 = time.perf_counter()
     try:
         results = run_eval(engine, cfg)

@@ -32,6 +32,7 @@ class EvalConfig:
         seed: the sample's seed.
         output: the run folder (predictions, metrics, report, plots, metadata).
         chunk: requests handed to the engine at a time (predictions are appended per chunk).
+        plots: draw one reliability diagram per suite (needs matplotlib, ``noulengine[plots]``).
     """
 
     suite: str = "accuracy-v1"
@@ -43,6 +44,7 @@ class EvalConfig:
     chunk: int = 64
     source: str | None = None
     progress: bool = True
+    plots: bool = True
 
 
 @dataclass
@@ -154,7 +156,7 @@ def run_eval(engine, config: EvalConfig) -> list[TaskResult]:
                     res.latencies.append(pred.get("latency_s", 0.0))
             res.metrics = scorer.compute()
             res.metrics["flip_rate"] = _mean_flip_rate(done[(name, i)] for i, _ in rows)
-            res.metrics["reliability"] = _reliability(scorer, out_dir, name)
+            res.metrics["reliability"] = _reliability(scorer, out_dir, name) if config.plots else None
     return results
 
 

@@ -12,6 +12,19 @@ from pathlib import Path
 from noulengine.metrics.calibration import N_BINS, calibration_bins, expected_calibration_error
 
 
+def require_matplotlib() -> None:
+    """Fail early (before a model loads or any inference runs) when diagrams cannot be drawn.
+
+    Raises:
+        ImportError: matplotlib is not installed; the message names the extra to install.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ImportError("reliability diagrams need matplotlib, which is not installed: "
+                          "pip install 'noulengine[plots]' (or run scripts/setup.sh)")
+
+
 def plot_reliability(confidences, correct, path, title: str = "Reliability", n_bins: int = N_BINS) -> Path:
     """Write a reliability diagram as a PNG.
 
