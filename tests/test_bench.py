@@ -75,3 +75,14 @@ def test_markdown_renders():
               "non_embedding_params": 1e8, "weights": "pretrained"}
     table = markdown(result)
     assert "| w | engine | 2.00 |" in table and "1.25x" in table
+
+
+def test_matmul_peak_is_positive_and_finite_on_cpu():
+    import math
+
+    import torch
+
+    from noulengine.bench import matmul_peak
+
+    peak = matmul_peak(torch.device("cpu"), torch.float32, sizes=(64, 96), reps=2)
+    assert math.isfinite(peak) and peak > 0
