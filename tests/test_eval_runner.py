@@ -57,6 +57,7 @@ def test_run_resume_and_outputs(tiny_llama, tiny_tokenizer, tmp_path):
     scored = score_file("agnews", pred)
     assert scored["predictions_matched"] == 3
     assert scored["counts"]["scored"] == 3 and scored["counts"]["errors"] == scored["counts"]["decisions"] - 3
+    assert scored["counts"]["error_kinds"] == {"missing_prediction": scored["counts"]["decisions"] - 3}
 
 
 def test_invalid_external_answers_count_as_errors(tmp_path):
@@ -77,15 +78,19 @@ def test_score_reports_every_bad_prediction_line(tmp_path):
                                                                 "sci_tech": 0.1}}}}
     lines = [json.dumps(ok).encode(), b"\xff\xfe", json.dumps(ok).encode(), b"[1, 2]",
              json.dumps({"row": 10**6, "answers": {}}).encode(),
-             json.dumps({"row": 3, "answers": {"topic": {"probabilities": {"world": 1.0}}}}).encode()]
+             json.dumps({"row": 3, "answers": {"topic": {"probabilities": {"world": 1.0}}}}).encode(),
+             json.dumps({"id": ["x"], "answers": {}}).encode(), json.dumps({"row": 4, "response": "oops"}).encode(),
+             json.dumps({"row": 5, "answers": [{"decision": 1}]}).encode()]
     path = tmp_path / "p.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
     with pytest.raises(ValueError) as info:
         score_file("agnews", path)
     msg = str(info.value)
-    assert msg.startswith("5 bad prediction line(s)")
+    assert msg.startswith("8 bad prediction line(s)")
     for words in (":2: not UTF-8", ":3: row 0 predicted twice", ":4: expected a JSON object",
-                  ":5: suite 'agnews' has no row 1000000", ":6: answers name field(s) ['topic']"):
+                  ":5: suite 'agnews' has no row 1000000", ":6: answers name field(s) ['topic']",
+                  ":7: give 'row' (an integer) or 'id' (a string)", ":8: field 'response' must be an object",
+                  ":9: field 'answers' must be an object"):
         assert words in msg, words
 
 

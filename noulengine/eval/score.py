@@ -72,6 +72,8 @@ def score_file(suite_name: str, predictions: str | Path, *, source=None) -> dict
                     raise ValueError(f"{predictions}:{n}: field 'row' must be an integer, got {row['row']!r}")
                 idx = row["row"]
             else:
+                if not isinstance(row.get("id"), str):
+                    raise ValueError(f"{predictions}:{n}: give 'row' (an integer) or 'id' (a string), got id {row.get('id')!r}")
                 ids = by_id.get(row.get("id"), [])
                 if len(ids) != 1:
                     raise ValueError(f"{predictions}:{n}: id {row.get('id')!r} matches {len(ids)} suite rows; give 'row'")
@@ -80,7 +82,13 @@ def score_file(suite_name: str, predictions: str | Path, *, source=None) -> dict
                 raise ValueError(f"{predictions}:{n}: suite {suite_name!r} has no row {idx}")
             if idx in got:
                 raise ValueError(f"{predictions}:{n}: row {idx} predicted twice")
-            unknown = sorted(set((row.get("response", row).get("answers") or {}))
+            body = row.get("response", row)
+            if not isinstance(body, dict):
+                raise ValueError(f"{predictions}:{n}: field 'response' must be an object, got {type(body).__name__}")
+            if body.get("answers") is not None and not isinstance(body["answers"], dict):
+                raise ValueError(f"{predictions}:{n}: field 'answers' must be an object of field -> answer, "
+                                 f"got {type(body['answers']).__name__}")
+            unknown = sorted(set(body.get("answers") or {})
                              - {q.field for q in by_row[idx].request.questions})
             if unknown:
                 raise ValueError(f"{predictions}:{n}: answers name field(s) {unknown} that suite row {idx} does not ask")
@@ -93,7 +101,7 @@ def score_file(suite_name: str, predictions: str | Path, *, source=None) -> dict
     scorer = Scorer()
     for i, rec in rows:
         rec.metadata["suite"] = suite_name
-        scorer.update(rec, got.get(i, {"answers": {}, "error": "missing prediction"}))
+        scorer.update(rec, got.get(i, {"answers": {}, "error": "missing prediction", "missing": True}))
     report = scorer.compute()
     report["predictions_matched"] = len(got)
     return report

@@ -14,7 +14,8 @@ or ``score(pairs)``. ``answer_map`` is the engine output for one record::
 
 A *decision* is one target field of one record that has gold (a label, a distribution or both).
 A decision is *scored* when its answer passes :func:`~noulengine.metrics.validation.validate_answer`;
-otherwise it is an *error* (record-level error, missing field or invalid answer): it is never
+otherwise it is an *error* (``missing_prediction`` when the answer map has ``"missing": True``,
+``record_error``, ``missing_answer`` for a missing field, ``invalid_answer``): it is never
 correct and it lowers coverage.
 
 Report keys (every metric in float64, ``None`` where no decision qualifies, never 0):
@@ -148,7 +149,9 @@ class Scorer:
             if gold is None and dist is None:
                 continue
             probs, error = None, None
-            if record_error is not None:
+            if answer_map.get("missing"):  # no prediction row at all (external scoring)
+                error = "missing_prediction"
+            elif record_error is not None:
                 error = "record_error"
             elif fld not in answers:
                 error = "missing_answer"
