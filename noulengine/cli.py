@@ -62,9 +62,15 @@ def _read_json_arg(value: str):
 
     strict = {"parse_constant": _reject_constant, "object_pairs_hook": _no_duplicate_keys}  # as JSONL lines
     path = Path(value)
-    if not value.lstrip().startswith(("{", "[", '"')) and path.is_file():
+    looks_inline = value.lstrip().startswith(("{", "[", '"'))
+    if not looks_inline and path.is_file():
         return json.loads(path.read_text(encoding="utf-8"), **strict)
-    return json.loads(value, **strict)
+    try:
+        return json.loads(value, **strict)
+    except ValueError as exc:
+        if looks_inline:
+            raise
+        raise ValueError(f"{exc} (and there is no file named {value!r})") from None
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
@@ -97,6 +103,14 @@ def cmd_decide(args: argparse.Namespace) -> int:
             lines = list(iter_jsonl_lines(args.input))
         except OSError as exc:
             print(f"error: cannot read --input {args.input}: {exc}", file=sys.stderr)
+            return 2
+    if args.output:
+        out_path = Path(args.output)
+        if args.input and out_path.resolve() == Path(args.input).resolve():
+            print("error: --output is the --input file; it would be overwritten", file=sys.stderr)
+            return 2
+        if not out_path.parent.is_dir():
+            print(f"error: cannot write --output {args.output}: folder {out_path.parent} does not exist", file=sys.stderr)
             return 2
     engine = engine_from_args(args)
     if args.questions:
@@ -133,12 +147,14 @@ def cmd_decide(args: argparse.Namespace) -> int:
                 rows.append((n, None))
             decisions = iter(engine.decide_batch(items, progress=None))
             for n, err in rows:
-                row = {"line": n, "id": None, "answers": {}, "usage": {"input_tokens": 0}, "latency_s": 0.0,
-                       "error": err} if err else {"line": n, **next(decisions).to_dict()}
+                row = {"line": n, "id": err.get("record_id"), "answers": {}, "usage": {"input_tokens": 0},
+                       "latency_s": 0.0, "error": err} if err else {"line": n, **next(decisions).to_dict()}
                 if row["error"]:
                     n_err += 1
                     if row["error"].get("line") is None:
                         row["error"]["line"] = n
+                    if row["error"].get("file") is None:
+                        row["error"]["file"] = str(args.input)
                 else:
                     n_ok += 1
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")

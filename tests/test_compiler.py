@@ -69,6 +69,24 @@ def test_overlength_is_rejected_with_counts_never_truncated(tiny_tokenizer):
         c.compile(record().request)
 
 
+def test_text_that_cannot_fit_is_refused_before_tokenizing(tiny_tokenizer, monkeypatch):
+    c = Compiler(tiny_tokenizer, CompilerConfig(max_positions=64))
+    limit = c.max_text_bytes
+    assert limit == 4 * c.max_token_bytes * 64
+    calls = []
+    real = c.tok.encode_user
+    monkeypatch.setattr(c.tok, "encode_user", lambda text: calls.append(len(text)) or real(text))
+    req = {"state": "x" * (limit + 1), "questions": {"q": {"type": "noul", "instructions": "Is it?"}}}
+    with pytest.raises(OverlengthError) as info:
+        c.compile(parse_record({"id": "big", **req}).request)
+    assert calls == [] and f"at most {limit} bytes" in str(info.value) and str(info.value).startswith("record 'big'")
+    from noulengine.records.schema import request_from_json
+
+    with pytest.raises(OverlengthError) as info:  # no id: the message does not say "record None"
+        c.compile(request_from_json(req))
+    assert str(info.value).startswith("the request holds")
+
+
 def test_symbols_verified_in_context_and_bad_tokenizer_refused(tiny_tokenizer, monkeypatch):
     c = Compiler(tiny_tokenizer)
     ids = verify_symbols(c.tok, c.frame)

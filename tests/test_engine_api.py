@@ -45,6 +45,10 @@ def test_bad_requests_become_error_decisions_and_never_lose_others(tiny_llama, t
     assert out[1].error["field"] == "questions" and "must not be empty" in out[1].error["message"]
     assert out[2].error["error_type"] == "OverlengthError" and "the limit is 200" in out[2].error["message"]
     assert out[3].error["error_type"] == "UnsupportedModalityError" and "text-only" in out[3].error["message"]
+    # every error row has the same keys, with the record id and field where known
+    assert all(set(d.error) == {"error_type", "message", "record_id", "field", "rule", "file", "line"} for d in out[1:5])
+    assert (out[2].error["record_id"], out[2].error["field"]) == ("long", "state")
+    assert (out[3].error["record_id"], out[3].error["field"]) == ("img", "images")
     assert out[0].answers["topic"].probabilities == out[5].answers["topic"].probabilities
     with pytest.raises(UnsupportedModalityError):
         engine.decide(reqs[3])

@@ -40,6 +40,8 @@ def test_run_resume_and_outputs(tiny_llama, tiny_tokenizer, tmp_path):
     keys = [(r["suite"], r["row"]) for r in rows2]
     assert len(keys) == len(set(keys)) == 9
     assert sum(r.new_predictions for r in again) == 2
+    # throughput covers only the two re-run rows (jevbench_easy, one decision each), not resumed ones
+    assert sum(r.new_decisions for r in again) == 2 and sum(len(r.latencies) for r in again) == 2
     for a, b in zip(results, again):
         assert a.metrics["accuracy"] == b.metrics["accuracy"]
 

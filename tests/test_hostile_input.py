@@ -136,6 +136,15 @@ def test_cli_duplicate_id_is_an_error_row_and_the_first_is_answered(tiny_llama, 
     assert not rows[0]["error"] and not rows[1]["error"] and rows[0]["id"] == "a"
     err = rows[2]["error"]
     assert err["record_id"] == "a" and err["field"] == "id" and "duplicate id (first on line 1)" in err["message"]
+    assert rows[2]["id"] == "a" and err["file"] == str(src) and err["line"] == 3
+
+
+def test_cli_refuses_to_overwrite_its_input(tiny_llama, tiny_tokenizer, monkeypatch, capsys, tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": "a", "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}}\n')
+    rc, loads = _cli(monkeypatch, tiny_llama, tiny_tokenizer, ["--input", str(src), "--output", str(src)])
+    assert rc == 2 and not loads and "would be overwritten" in capsys.readouterr().err
+    assert src.read_text().startswith('{"id": "a"')
 
 
 def test_load_records_keeps_going_after_a_bad_utf8_line(tmp_path):
@@ -157,6 +166,10 @@ def test_load_records_keeps_going_after_a_bad_utf8_line(tmp_path):
     (["--questions", '{"q": {"type": "noul", "instructions": NaN}}'], "NaN is not valid JSON"),
     (["--input", "/nonexistent/in.jsonl"], "cannot read --input"),
     (["--input", "x.jsonl", "--chunk", "0"], "--chunk must be at least 1"),
+    (["--state", "nofile.json", "--questions", '{"q": {"type": "noul", "instructions": "x"}}'],
+     "there is no file named 'nofile.json'"),
+    (["--state", '"s"', "--questions", '{"q": {"type": "noul", "instructions": "x"}}', "--output", "/nonexistent/o.jsonl"],
+     "folder /nonexistent does not exist"),
 ])
 def test_cli_bad_arguments_exit_2_before_loading_a_model(tiny_llama, tiny_tokenizer, monkeypatch, capsys, argv, words):
     rc, loads = _cli(monkeypatch, tiny_llama, tiny_tokenizer, argv)
@@ -173,3 +186,11 @@ def test_missing_model_is_exit_2_with_one_line(capsys, tmp_path):
     with pytest.raises(SystemExit) as ex:
         engine_from_args(ap.parse_args(["--model", str(tmp_path / "no-such-model")]))
     assert ex.value.code == 2 and "error: --model:" in capsys.readouterr().err
+
+
+def test_python_dash_m_noulengine_is_the_console_script():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "noulengine", "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "decide" in proc.stdout and "serve" in proc.stdout

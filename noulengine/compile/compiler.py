@@ -15,6 +15,7 @@ choice -> label-token when valid, else label-sequence.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from noulengine.compile.render import PROMPT_VERSION, render_question, render_st
 from noulengine.compile.symbols import DIGITS, NOUL_WORDS, SYMBOLS, single_token_in_context
 from noulengine.compile.template import PromptFrame, TextTokenizer, build_frame
 from noulengine.records.errors import OverlengthError, RecordError, TokenizerError
-from noulengine.records.schema import Question, Request
+from noulengine.records.schema import Question, Request, canonical_json
 
 DEBIAS_MODES = ("none", "permute", "contextual")
 MAX_PERMUTE_VIEWS = 16
@@ -164,6 +165,18 @@ class Compiler:
                               "answer position; these collide (use label-sequence or auto)", record_id=rid, field=path)
         return want
 
+    @functools.cached_property
+    def max_token_bytes(self) -> int:
+        """The most UTF-8 bytes any vocabulary entry spells (an upper bound on the text one token
+        covers: byte-level and byte-fallback pieces spell at least as many bytes as they stand for)."""
+        return max(1, max(len(t.encode("utf-8")) for t in self.tok.hf.get_vocab()))
+
+    @property
+    def max_text_bytes(self) -> int:
+        """Text (bytes) above which a request cannot fit ``max_positions`` tokens, with a 4x
+        margin for normalisers that shrink text before tokenizing."""
+        return 4 * self.max_token_bytes * self.config.max_positions
+
     # -- compile ----------------------------------------------------------------------------
     def compile(self, request: Request) -> CompiledRequest:
         """Compile one request into a packed token tree.
@@ -173,18 +186,27 @@ class Compiler:
             OverlengthError: the request needs more positions or packed tokens than allowed.
         """
         rid = request.id
+        where = f"record {rid!r}: " if rid is not None else ""
+        state_text = render_state(request.state)
+        # Refuse what cannot fit before tokenizing it: tokenizing tens of MB takes a minute and
+        # would stall every other request sharing this engine (measured on the HTTP worker).
+        text_bytes = len(state_text.encode("utf-8")) + sum(_question_text_bytes(q) for q in request.questions)
+        if text_bytes > self.max_text_bytes:
+            raise OverlengthError(f"{where}the request holds {text_bytes} bytes of text; at most {self.max_token_bytes} "
+                                  f"bytes per token and {self.config.max_positions} positions allow at most "
+                                  f"{self.max_text_bytes} bytes. Nothing is truncated: shorten the state.")
         b = SequenceBuilder()
-        prefix_ids = self.frame.head_ids + self.tok.encode_user(render_state(request.state))
+        prefix_ids = self.frame.head_ids + self.tok.encode_user(state_text)
         root = b.add(prefix_ids, -1)
         plans = [self._compile_question(b, root, q, rid) for q in request.questions]
         compiled = CompiledRequest(b.token_ids, b.position_ids, b.segment_ids, b.parents, plans, request_id=rid)
         cfg = self.config
         if compiled.max_position > cfg.max_positions:
-            raise OverlengthError(f"record {rid!r}: the request needs {compiled.max_position} positions "
+            raise OverlengthError(f"{where}the request needs {compiled.max_position} positions "
                                   f"(prefix {len(prefix_ids)} + its longest branch); the limit is {cfg.max_positions} "
                                   "tokens. Nothing is truncated: shorten the state.")
         if compiled.input_tokens > cfg.max_packed_tokens:
-            raise OverlengthError(f"record {rid!r}: the request packs {compiled.input_tokens} tokens; the limit is "
+            raise OverlengthError(f"{where}the request packs {compiled.input_tokens} tokens; the limit is "
                                   f"{cfg.max_packed_tokens} tokens per request. Nothing is truncated.")
         return compiled
 
@@ -253,3 +275,10 @@ class Compiler:
         """The candidate's label text followed by the end-of-answer token (so a label that is a
         prefix of another is not credited with the other's probability)."""
         return self.tok.encode_user(label) + self.frame.end_ids
+
+
+def _question_text_bytes(q: Question) -> int:
+    """UTF-8 bytes of a question's own text (instructions, labels, descriptions)."""
+    parts = [q.instructions if isinstance(q.instructions, str) else canonical_json(q.instructions), *q.labels,
+             *(d for d in q.descriptions if d is not None)]
+    return sum(len(str(p).encode("utf-8")) for p in parts)

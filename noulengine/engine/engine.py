@@ -26,7 +26,7 @@ from noulengine.engine.batching import collate, plan_batches
 from noulengine.engine.decision import Decision, make_answer
 from noulengine.engine.model_runner import ModelRunner, pick_device, pick_dtype
 from noulengine.engine.readout import batch_candidate_logprobs
-from noulengine.records.errors import NoulEngineError, RecordError, UnsupportedModalityError
+from noulengine.records.errors import NoulEngineError, OverlengthError, RecordError, UnsupportedModalityError
 from noulengine.records.schema import Question, Request, request_from_json
 
 CONTENT_FREE_STATES = ("N/A", "", "[MASK]")  # Zhao et al. 2021, "Calibrate Before Use"
@@ -63,10 +63,20 @@ class EngineConfig:
     attn_implementation: str = "sdpa"
 
 
-def _error_dict(exc: Exception) -> dict:
+_ERROR_FIELDS = {OverlengthError: "state", UnsupportedModalityError: "images"}
+
+
+def _error_dict(exc: Exception, record_id=None) -> dict:
+    """One error row shape for every failure: ``error_type``, ``message``, ``record_id``, ``field``,
+    ``rule``, ``file``, ``line`` (None where they do not apply)."""
     if isinstance(exc, RecordError):
-        return exc.to_dict()
-    return {"error_type": type(exc).__name__, "message": str(exc)}
+        out = exc.to_dict()
+        if out.get("record_id") is None:
+            out["record_id"] = record_id
+        return out
+    return {"error_type": type(exc).__name__, "message": str(exc), "record_id": record_id,
+            "field": next((f for cls, f in _ERROR_FIELDS.items() if isinstance(exc, cls)), None),
+            "rule": str(exc), "file": None, "line": None}
 
 
 class Engine:
@@ -174,7 +184,8 @@ class Engine:
                 if on_error == "raise":
                     raise
                 rid = item.id if isinstance(item, Request) else (item.get("id") if isinstance(item, dict) else None)
-                decisions[i] = Decision(id=rid if isinstance(rid, str) else None, error=_error_dict(exc))
+                rid = rid if isinstance(rid, str) else None
+                decisions[i] = Decision(id=rid, error=_error_dict(exc, rid))
             compile_s[i] = time.perf_counter() - t0
         if compiled:
             self._ensure_priors(parsed, compiled)

@@ -38,8 +38,8 @@ def throughput(results) -> dict:
     seconds = sum(r.seconds for r in results)
     new = sum(r.new_predictions for r in results)
     lat = [x for r in results for x in r.latencies]
-    decisions = sum((r.metrics or {}).get("counts", {}).get("decisions", 0) for r in results if r.new_predictions)
-    tokens = sum(r.input_tokens for r in results if r.new_predictions)
+    decisions = sum(r.new_decisions for r in results)
+    tokens = sum(r.input_tokens for r in results)
     return {"inference_seconds": seconds, "requests": new,
             "requests_per_s": new / seconds if seconds and new else None,
             "decisions_per_s": decisions / seconds if seconds and new else None,

@@ -58,7 +58,8 @@ class TaskResult:
     licence: str = ""
     seconds: float = 0.0
     new_predictions: int = 0
-    input_tokens: int = 0
+    new_decisions: int = 0  # target fields of the rows run in this invocation
+    input_tokens: int = 0  # of the rows run in this invocation
     latencies: list[float] = field(default_factory=list)
 
 
@@ -148,12 +149,15 @@ def run_eval(engine, config: EvalConfig) -> list[TaskResult]:
             res.seconds = time.perf_counter() - t0
             res.new_predictions = len(todo)
             scorer = Scorer()
+            new_rows = {i for i, _ in todo}  # throughput covers only what this invocation ran
             for i, rec in rows:
                 pred = done[(name, i)]
                 scorer.update(rec, pred)
-                res.input_tokens += pred.get("usage", {}).get("input_tokens", 0)
-                if pred.get("error") is None:
-                    res.latencies.append(pred.get("latency_s", 0.0))
+                if i in new_rows:
+                    res.new_decisions += len(rec.targets)
+                    res.input_tokens += pred.get("usage", {}).get("input_tokens", 0)
+                    if pred.get("error") is None:
+                        res.latencies.append(pred.get("latency_s", 0.0))
             res.metrics = scorer.compute()
             res.metrics["flip_rate"] = _mean_flip_rate(done[(name, i)] for i, _ in rows)
             res.metrics["reliability"] = _reliability(scorer, out_dir, name) if config.plots else None
