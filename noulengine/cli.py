@@ -78,7 +78,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from noulengine.records.errors import RecordError
-    from noulengine.records.loader import iter_jsonl_lines, parse_json_line
+    from noulengine.records.loader import duplicate_id_error, iter_jsonl_lines, parse_json_line
 
     if bool(args.input) == bool(args.questions):
         print("error: give either --input FILE or --state/--questions", file=sys.stderr)
@@ -137,12 +137,10 @@ def cmd_decide(args: argparse.Namespace) -> int:
                     continue
                 rid = item.get("id") if isinstance(item, dict) else None
                 if isinstance(rid, (str, int)) and not isinstance(rid, bool):
-                    if rid in first_line_of_id:
-                        err = RecordError(f"duplicate id (first on line {first_line_of_id[rid]})", file=args.input,
-                                          line=n, record_id=rid, field="id")
-                        rows.append((n, err.to_dict()))
+                    dup = duplicate_id_error(first_line_of_id, rid, file=args.input, line=n)
+                    if dup is not None:
+                        rows.append((n, dup.to_dict()))
                         continue
-                    first_line_of_id[rid] = n
                 items.append(item)
                 rows.append((n, None))
             decisions = iter(engine.decide_batch(items, progress=None))

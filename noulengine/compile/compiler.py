@@ -190,11 +190,12 @@ class Compiler:
         state_text = render_state(request.state)
         # Refuse what cannot fit before tokenizing it: tokenizing tens of MB takes a minute and
         # would stall every other request sharing this engine (measured on the HTTP worker).
+        limit = self.max_text_bytes
         text_bytes = len(state_text.encode("utf-8")) + sum(_question_text_bytes(q) for q in request.questions)
-        if text_bytes > self.max_text_bytes:
+        if text_bytes > limit:
             raise OverlengthError(f"{where}the request holds {text_bytes} bytes of text; at most {self.max_token_bytes} "
                                   f"bytes per token and {self.config.max_positions} positions allow at most "
-                                  f"{self.max_text_bytes} bytes. Nothing is truncated: shorten the state.")
+                                  f"{limit} bytes. Nothing is truncated: shorten the state.")
         b = SequenceBuilder()
         prefix_ids = self.frame.head_ids + self.tok.encode_user(state_text)
         root = b.add(prefix_ids, -1)

@@ -26,7 +26,7 @@ from noulengine.engine.batching import collate, plan_batches
 from noulengine.engine.decision import Decision, make_answer
 from noulengine.engine.model_runner import ModelRunner, pick_device, pick_dtype
 from noulengine.engine.readout import batch_candidate_logprobs
-from noulengine.records.errors import NoulEngineError, OverlengthError, RecordError, UnsupportedModalityError
+from noulengine.records.errors import NoulEngineError, RecordError, UnsupportedModalityError
 from noulengine.records.schema import Question, Request, request_from_json
 
 CONTENT_FREE_STATES = ("N/A", "", "[MASK]")  # Zhao et al. 2021, "Calibrate Before Use"
@@ -63,9 +63,6 @@ class EngineConfig:
     attn_implementation: str = "sdpa"
 
 
-_ERROR_FIELDS = {OverlengthError: "state", UnsupportedModalityError: "images"}
-
-
 def _error_dict(exc: Exception, record_id=None) -> dict:
     """One error row shape for every failure: ``error_type``, ``message``, ``record_id``, ``field``,
     ``rule``, ``file``, ``line`` (None where they do not apply)."""
@@ -75,7 +72,7 @@ def _error_dict(exc: Exception, record_id=None) -> dict:
             out["record_id"] = record_id
         return out
     return {"error_type": type(exc).__name__, "message": str(exc), "record_id": record_id,
-            "field": next((f for cls, f in _ERROR_FIELDS.items() if isinstance(exc, cls)), None),
+            "field": getattr(exc, "field", None),
             "rule": str(exc), "file": None, "line": None}
 
 

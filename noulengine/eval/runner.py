@@ -143,21 +143,19 @@ def run_eval(engine, config: EvalConfig) -> list[TaskResult]:
                     row = {"suite": name, "row": i, **dec.to_dict()}
                     sink.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
                     done[(name, i)] = row
+                    # throughput covers only what this invocation ran, never resumed rows
+                    res.new_decisions += len(rec.targets)
+                    res.input_tokens += row.get("usage", {}).get("input_tokens", 0)
+                    if row.get("error") is None:
+                        res.latencies.append(row.get("latency_s", 0.0))
                 sink.flush()
                 bar.update(len(part))
             bar.close()
             res.seconds = time.perf_counter() - t0
             res.new_predictions = len(todo)
             scorer = Scorer()
-            new_rows = {i for i, _ in todo}  # throughput covers only what this invocation ran
             for i, rec in rows:
-                pred = done[(name, i)]
-                scorer.update(rec, pred)
-                if i in new_rows:
-                    res.new_decisions += len(rec.targets)
-                    res.input_tokens += pred.get("usage", {}).get("input_tokens", 0)
-                    if pred.get("error") is None:
-                        res.latencies.append(pred.get("latency_s", 0.0))
+                scorer.update(rec, done[(name, i)])
             res.metrics = scorer.compute()
             res.metrics["flip_rate"] = _mean_flip_rate(done[(name, i)] for i, _ in rows)
             res.metrics["reliability"] = _reliability(scorer, out_dir, name) if config.plots else None

@@ -20,14 +20,26 @@ from pathlib import Path
 
 
 def to_answer_map(row: dict, record) -> dict:
-    """Normalise one prediction row to the scorer's ``{"answers": {field: {"probabilities"}}, "error"}``."""
+    """Normalise one prediction row to the scorer's ``{"answers": {field: {"probabilities"}}, "error"}``.
+
+    Raises:
+        ValueError: ``response`` or ``answers`` is not an object, or an answer names a field the
+            record does not ask.
+    """
     body = row.get("response", row)
+    if not isinstance(body, dict):
+        raise ValueError(f"field 'response' must be an object, got {type(body).__name__}")
+    if body.get("answers") is not None and not isinstance(body["answers"], dict):
+        raise ValueError(f"field 'answers' must be an object of field -> answer, got {type(body['answers']).__name__}")
+    questions = {q.field: q for q in record.request.questions}
+    unknown = sorted(set(body.get("answers") or {}) - set(questions))
+    if unknown:
+        raise ValueError(f"answers name field(s) {unknown} that the row does not ask")
     if row.get("error") is not None:
         return {"answers": {}, "error": row["error"]}
     answers = {}
-    questions = {q.field: q for q in record.request.questions}
     for fld, ans in (body.get("answers") or {}).items():
-        if not isinstance(ans, dict) or fld not in questions:
+        if not isinstance(ans, dict):
             continue
         if "probabilities" not in ans and ans.get("type") == "noul" and isinstance(ans.get("noul"), (int, float)):
             p = float(ans["noul"])
@@ -82,17 +94,10 @@ def score_file(suite_name: str, predictions: str | Path, *, source=None) -> dict
                 raise ValueError(f"{predictions}:{n}: suite {suite_name!r} has no row {idx}")
             if idx in got:
                 raise ValueError(f"{predictions}:{n}: row {idx} predicted twice")
-            body = row.get("response", row)
-            if not isinstance(body, dict):
-                raise ValueError(f"{predictions}:{n}: field 'response' must be an object, got {type(body).__name__}")
-            if body.get("answers") is not None and not isinstance(body["answers"], dict):
-                raise ValueError(f"{predictions}:{n}: field 'answers' must be an object of field -> answer, "
-                                 f"got {type(body['answers']).__name__}")
-            unknown = sorted(set(body.get("answers") or {})
-                             - {q.field for q in by_row[idx].request.questions})
-            if unknown:
-                raise ValueError(f"{predictions}:{n}: answers name field(s) {unknown} that suite row {idx} does not ask")
-            got[idx] = to_answer_map(row, by_row[idx])
+            try:
+                got[idx] = to_answer_map(row, by_row[idx])
+            except ValueError as exc:
+                raise ValueError(f"{predictions}:{n}: {exc} (suite row {idx})") from None
         except ValueError as exc:  # RecordError is a ValueError
             problems.append(str(exc))
     if problems:

@@ -49,9 +49,13 @@ class RecordError(NoulEngineError, ValueError):
 class UnsupportedModalityError(NoulEngineError, ValueError):
     """The request carries images but the loaded model is text-only."""
 
+    field = "images"  # the request field at fault, for error rows
+
 
 class OverlengthError(NoulEngineError, ValueError):
     """A compiled request needs more tokens than the model's context allows (never truncated)."""
+
+    field = "state"  # the request field at fault, for error rows
 
 
 class TokenizerError(NoulEngineError):

@@ -85,6 +85,18 @@ class LoadResult:
             raise RecordError(f"{len(self.errors)} bad record(s):\n{shown}{more}")
 
 
+def duplicate_id_error(seen: dict, rid, *, file, line) -> RecordError | None:
+    """The error for a repeated record id, or None (recording ``rid`` as first seen on ``line``).
+
+    Args:
+        seen: id -> the line it was first seen on; updated in place.
+    """
+    if rid in seen:
+        return RecordError(f"duplicate id (first on line {seen[rid]})", record_id=rid, field="id", file=file, line=line)
+    seen[rid] = line
+    return None
+
+
 def load_records(path: str | Path, *, parse: Callable = parse_record, check_duplicate_ids: bool = True) -> LoadResult:
     """Load canonical records from a JSONL file, collecting every bad line.
 
@@ -110,11 +122,10 @@ def load_records(path: str | Path, *, parse: Callable = parse_record, check_dupl
             continue
         rid = getattr(rec, "id", None)
         if check_duplicate_ids and rid is not None:
-            if rid in seen:
-                result.errors.append(RecordError(f"duplicate id (first on line {seen[rid]})", record_id=rid,
-                                                 field="id", file=path, line=n))
+            dup = duplicate_id_error(seen, rid, file=path, line=n)
+            if dup is not None:
+                result.errors.append(dup)
                 continue
-            seen[rid] = n
         result.records.append(rec)
         result.lines.append(n)
     return result
