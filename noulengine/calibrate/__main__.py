@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.min_rows < 1 or (args.limit_per_role is not None and args.limit_per_role < 1):
         print("error: --min-rows and --limit-per-role must be at least 1", file=sys.stderr)
         return 2
-    args.calibration = None
+    args.calibration = "none"  # fit from raw logits, never on top of a model's shipped temperatures
     engine = engine_from_args(args)
     total = len(limit_per_role(vset.calibration, args.limit_per_role)) + len(
         limit_per_role(vset.selection, args.limit_per_role))

@@ -45,7 +45,9 @@ class EngineConfig:
         batch_tokens: padded tokens per forward pass (B x L budget).
         max_batch_size: requests per forward pass at most.
         max_positions: context window in tokens (None: the model's ``max_position_embeddings``).
-        calibration: path of a calibration JSON (temperatures), or None.
+        calibration: path of a calibration JSON (temperatures); None applies the calibration a
+            trained model ships with (when fitted for the same readout and debias mode), ``"none"``
+            applies no temperature.
         use_chat_template: None uses the model's chat template when it has one.
         attn_implementation: ``sdpa`` (default) or ``eager``.
     """
@@ -93,10 +95,11 @@ class Engine:
             max_positions=max_pos, max_packed_tokens=max(self.config.batch_tokens, max_pos),
             use_chat_template=self.config.use_chat_template))
         self.identity = identity
+        self.training = None  # training.json of a trained model (set by from_pretrained)
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         self._priors: dict[str, torch.Tensor] = {}
         self.calibration = None
-        if self.config.calibration:
+        if self.config.calibration and self.config.calibration != "none":
             from noulengine.calibrate.file import load_calibration
 
             self.calibration = load_calibration(self.config.calibration, engine=self)
@@ -108,29 +111,43 @@ class Engine:
         """Load a model and build an engine.
 
         Args:
-            name_or_path: a local directory with ``config.json`` and weights, a ``.gguf`` file
-                (dequantized once into a cached float32 safetensors directory keyed by its
-                sha256), or None for the embedded default model (SmolLM2-135M-Instruct).
+            name_or_path: None for the embedded default decision model (SmolLM2-135M-Instruct
+                plus the committed LoRA adapter trained by ``scripts/train_default.py``, with its
+                fitted temperatures), ``"SmolLM2-135M-Instruct"`` (or ``"base"``) for the untrained
+                base, a local directory with ``config.json`` and weights, a directory written by
+                ``noulengine train``, or a ``.gguf`` file (dequantized once into a cached float32
+                safetensors directory keyed by its sha256). A trained model is read with the
+                readout it was trained with when ``readout`` is ``"auto"``.
             device, dtype, readout: see :class:`EngineConfig`; other :class:`EngineConfig`
                 fields as keyword arguments (``debias``, ``calibration``, ``batch_tokens``, ...).
 
         Raises:
             noulengine.models.loading.ModelNotFoundError: nothing loadable at ``name_or_path``.
         """
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from noulengine.models.loading import load_model
 
-        from noulengine.models.loading import resolve_model
-
-        config = EngineConfig(model=None if name_or_path is None else str(name_or_path), device=device, dtype=dtype,
-                              readout=readout, **kwargs)
-        directory, identity = resolve_model(name_or_path)
         dev = pick_device(device)
         torch_dtype = pick_dtype(dtype, dev)
-        tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch_dtype, local_files_only=True,
-                                                     attn_implementation=config.attn_implementation)
-        model.to(dev)
-        return cls(model, tokenizer, config, identity=identity)
+        attn = kwargs.get("attn_implementation", EngineConfig.attn_implementation)
+        loaded = load_model(name_or_path, dtype=torch_dtype, device=dev, attn_implementation=attn)
+        training = loaded.training or {}
+        if readout == "auto" and training.get("readout"):
+            readout = training["readout"]  # a trained model is read the way it was trained
+        if kwargs.get("calibration") is None and loaded.calibration_path is not None:
+            # The model's own fitted temperatures apply when they were fitted for this readout and
+            # debias mode (a calibration file records both); otherwise none is applied.
+            from noulengine.calibrate.file import load_calibration
+
+            shipped = load_calibration(loaded.calibration_path)
+            if shipped.readout == readout and shipped.debias == kwargs.get("debias", "none"):
+                kwargs["calibration"] = loaded.calibration_path
+        if kwargs.get("calibration") == "none":
+            kwargs["calibration"] = None
+        config = EngineConfig(model=None if name_or_path is None else str(name_or_path), device=device, dtype=dtype,
+                              readout=readout, **kwargs)
+        engine = cls(loaded.model, loaded.tokenizer, config, identity=loaded.identity)
+        engine.training = loaded.training
+        return engine
 
     @classmethod
     def from_model(cls, model, tokenizer, **kwargs) -> "Engine":

@@ -55,8 +55,8 @@ class ModelRunner:
     read positions only.
     """
 
-    def __init__(self, model):
-        self.model = model.eval()
+    def __init__(self, model, *, train: bool = False):
+        self.model = model.train() if train else model.eval()
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.base = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, model.base_model_prefix)
@@ -82,6 +82,11 @@ class ModelRunner:
     @torch.inference_mode()
     def hidden_states(self, batch: Batch) -> torch.Tensor:
         """(B, L, D) final normalised hidden states for a packed batch (model dtype, on device)."""
+        return self.forward_hidden(batch)
+
+    def forward_hidden(self, batch: Batch) -> torch.Tensor:
+        """:meth:`hidden_states` with autograd on: the training step's forward pass (same masks
+        and position ids as inference, so what is trained is exactly what is served)."""
         input_ids = batch.input_ids.to(self.device, non_blocking=True)
         position_ids = batch.position_ids.to(self.device, non_blocking=True)
         mask = batch.mask

@@ -143,3 +143,109 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> tuple[Path, ModelId
     raise ModelNotFoundError(
         f"model {str(name_or_path)!r} not found: give a local directory with config.json and weights, "
         "a .gguf file, or nothing for the embedded default model (hub names are not downloaded)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Trained models: the embedded default (base + committed adapter) and `noulengine train` output.
+
+TRAINING_FILE = "training.json"
+ADAPTER_CONFIG = "adapter_config.json"
+CALIBRATION_FILE = "calibration.json"
+DEFAULT_ADAPTER_DIR = Path(__file__).resolve().parent / "default_adapter"
+# Names that reach the untrained embedded base model (the default itself is the trained one).
+BASE_MODEL_NAMES = ("SmolLM2-135M-Instruct", "smollm2-135m-instruct", "base")
+
+
+def is_base_name(name_or_path) -> bool:
+    """True when ``name_or_path`` names the untrained embedded base model (not an existing path)."""
+    return isinstance(name_or_path, str) and name_or_path in BASE_MODEL_NAMES and not Path(name_or_path).exists()
+
+
+def read_training(directory: str | os.PathLike) -> dict | None:
+    """The ``training.json`` of a trained model directory, or None."""
+    path = Path(directory) / TRAINING_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for the engine.
+
+    Attributes:
+        model: a transformers causal LM (a LoRA adapter is merged into it).
+        tokenizer: its tokenizer.
+        identity: name, path and sha256 (for an adapter: sha256 over the base's sha256 and the
+            adapter files, so calibration files and run keys tell trained models apart).
+        training: the ``training.json`` content for trained models, else None.
+        calibration_path: the calibration file shipped with a trained model, or None.
+    """
+
+    model: object
+    tokenizer: object
+    identity: ModelIdentity
+    training: dict | None = None
+    calibration_path: str | None = None
+
+
+def default_model_spec() -> str:
+    """What ``None`` loads: the committed trained adapter when present, else the untrained base."""
+    return str(DEFAULT_ADAPTER_DIR) if (DEFAULT_ADAPTER_DIR / TRAINING_FILE).is_file() else BASE_MODEL_NAMES[0]
+
+
+def load_model(name_or_path: str | os.PathLike | None = None, *, dtype=None, device=None,
+               attn_implementation: str = "sdpa") -> LoadedModel:
+    """Load a model the way :meth:`Engine.from_pretrained` does.
+
+    ``name_or_path``: None (the embedded default: base + committed adapter), a base-model name
+    (:data:`BASE_MODEL_NAMES`, the untrained embedded model), a ``.gguf`` file, a transformers
+    directory, or a directory written by ``noulengine train`` (an adapter is loaded onto its base
+    model, named in ``training.json`` and checked by sha256, then merged).
+
+    Raises:
+        ModelNotFoundError: nothing loadable there, or an adapter's base model is missing or
+            has another sha256 than it was trained on.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if name_or_path is None:
+        name_or_path = default_model_spec()
+    if is_base_name(name_or_path):
+        name_or_path = None  # resolve_model(None): the embedded GGUF
+    path = None if name_or_path is None else Path(name_or_path).expanduser()
+    training = read_training(path) if path is not None and path.is_dir() else None
+    if training is not None and (path / ADAPTER_CONFIG).is_file():
+        return _load_adapter(path, training, dtype=dtype, device=device, attn_implementation=attn_implementation)
+    directory, identity = resolve_model(name_or_path)
+    torch_dtype = dtype if dtype is not None else torch.float32
+    tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch_dtype, local_files_only=True,
+                                                 attn_implementation=attn_implementation)
+    if device is not None:
+        model.to(device)
+    if training is not None:
+        identity = ModelIdentity(training.get("name") or directory.name, str(directory), identity.sha256)
+    cal = directory / CALIBRATION_FILE if training is not None else None
+    return LoadedModel(model, tokenizer, identity, training, str(cal) if cal is not None and cal.is_file() else None)
+
+
+def _load_adapter(path: Path, training: dict, *, dtype, device, attn_implementation) -> LoadedModel:
+    from peft import PeftModel
+
+    base_info = training.get("base_model") or {}
+    spec = base_info.get("spec")
+    try:
+        base = load_model(spec, dtype=dtype, device=device, attn_implementation=attn_implementation)
+    except ModelNotFoundError as exc:
+        raise ModelNotFoundError(f"{path}: its base model {spec!r} cannot be loaded ({exc})") from None
+    want = base_info.get("sha256")
+    if want is not None and want != base.identity.sha256:
+        raise ModelNotFoundError(f"{path}: trained on base model {spec!r} with sha256 {want}, but that name now "
+                                 f"loads sha256 {base.identity.sha256}; an adapter does not transfer between bases")
+    model = PeftModel.from_pretrained(base.model, str(path), is_trainable=False)
+    model = model.merge_and_unload()  # merged: inference costs exactly what the base costs
+    h = hashlib.sha256(base.identity.sha256.encode())
+    h.update(_weights_fingerprint(path).encode())
+    identity = ModelIdentity(training.get("name") or path.name, str(path), h.hexdigest())
+    cal = path / CALIBRATION_FILE
+    return LoadedModel(model, base.tokenizer, identity, training, str(cal) if cal.is_file() else None)
