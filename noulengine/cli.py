@@ -181,6 +181,7 @@ SUBCOMMANDS = {  # verbs whose parsers live with their modules
     "calibrate": ("noulengine.calibrate.__main__", "fit temperatures on a validation file"),
     "serve": ("noulengine.serve.__main__", "run the HTTP service"),
     "bench": ("noulengine.bench", "measure speed against naive baselines"),
+    "train": ("noulengine.train.__main__", "fine-tune a model into a decision model"),
 }
 
 

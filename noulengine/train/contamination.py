@@ -1,0 +1,120 @@
+"""The evaluation-overlap guard: training on test data must be impossible by accident.
+
+Every suite registered under ``benchmarks/`` (accuracy-v1, the known-distribution pilot, any
+suite added later) pins its rows in a manifest. Before training, each available suite's prepared
+file is verified against its pins and indexed by record id and by *normalised state text*; a
+training row whose id or normalised state text occurs in that index is refused.
+
+Normalised text (the same rule validation-v1 uses against the test suites): whitespace collapsed,
+lower-cased. Two keys are indexed per evaluation row: the whole state rendered as canonical JSON,
+and each string inside the state of at least ``MIN_LEAF_CHARS`` characters, so a test article
+copied into another key (``{"article": ...}`` instead of ``{"text": ...}``) is still caught.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from noulengine.records.schema import canonical_json
+
+MIN_LEAF_CHARS = 32
+
+
+def normalize_text(text: str) -> str:
+    """Whitespace collapsed, lower-cased (validation-v1's overlap rule)."""
+    return " ".join(text.split()).lower()
+
+
+def _string_leaves(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _string_leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _string_leaves(v)
+
+
+def state_keys(state: Any) -> set[str]:
+    """The normalised texts a state is indexed (and checked) under."""
+    keys = {normalize_text(state if isinstance(state, str) else canonical_json(state))}
+    keys.update(normalize_text(s) for s in _string_leaves(state) if len(s.strip()) >= MIN_LEAF_CHARS)
+    keys.discard("")
+    return keys
+
+
+@dataclass
+class EvaluationIndex:
+    """Ids and normalised state texts of every pinned evaluation row.
+
+    Attributes:
+        ids: record id -> suite name.
+        texts: normalised state text -> suite name.
+        suites: per suite, ``{"rows": n}`` or ``{"status": ...}`` when it could not be indexed.
+    """
+
+    ids: dict[str, str] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    suites: dict[str, dict] = field(default_factory=dict)
+
+    def add(self, suite: str, record_id: str | None, state: Any) -> None:
+        if record_id is not None:
+            self.ids.setdefault(record_id, suite)
+        for key in state_keys(state):
+            self.texts.setdefault(key, suite)
+
+    def overlap(self, record_id: str, state: Any) -> str | None:
+        """The rule a training row breaks by overlapping an evaluation row, or None."""
+        if record_id in self.ids:
+            return f"id {record_id!r} is a row of evaluation suite {self.ids[record_id]!r}"
+        for key in sorted(state_keys(state)):
+            if key in self.texts:
+                shown = key if len(key) <= 60 else key[:57] + "..."
+                return (f"state text {shown!r} occurs in evaluation suite {self.texts[key]!r} "
+                        "(whitespace-collapsed, lower-cased); test rows never feed training")
+        return None
+
+    def summary(self) -> dict:
+        return {"suites": self.suites, "ids": len(self.ids), "texts": len(self.texts),
+                "rule": f"id, or whitespace-collapsed lower-cased state JSON or any state string of >= "
+                        f"{MIN_LEAF_CHARS} chars"}
+
+
+def build_evaluation_index(*, source: str | None = None, prepare: bool = True) -> EvaluationIndex:
+    """Index every registered evaluation suite (preparing it from raw data when needed).
+
+    A suite whose data is not on this machine cannot be indexed; it is listed in
+    :attr:`EvaluationIndex.suites` with its status (and ``training.json`` records it).
+
+    Raises:
+        noulengine.eval.suites.errors.PreparedFileChangedError / SourceFileChangedError: a
+            prepared or raw file differs from its manifest pin (the index would be unreliable).
+    """
+    from noulengine.eval.suites.registry import get_suite, list_suites
+    from noulengine.records.loader import iter_jsonl, parse_json_line
+
+    index = EvaluationIndex()
+    for name in list_suites():
+        suite = get_suite(name)
+        try:
+            path = suite.prepare(source) if prepare else suite.verify()
+        except Exception as exc:  # noqa: BLE001 - recorded per suite; hash mismatches re-raised below
+            from noulengine.eval.suites.errors import PreparedFileChangedError, SourceFileChangedError
+
+            if isinstance(exc, (PreparedFileChangedError, SourceFileChangedError)):
+                raise
+            index.suites[name] = {"status": "unavailable", "reason": str(exc).splitlines()[0][:200]}
+            continue
+        rows = 0
+        for n, text in iter_jsonl(path):
+            obj = parse_json_line(text, file=path, line=n)
+            if not isinstance(obj, dict):
+                continue
+            state = obj.get("state")  # canonical and jevbench rows both keep the evidence here
+            rid = obj.get("id") if isinstance(obj.get("id"), str) else None
+            index.add(name, rid, state)
+            rows += 1
+        index.suites[name] = {"rows": rows, "path": str(path)}
+    return index

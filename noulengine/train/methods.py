@@ -1,0 +1,111 @@
+"""Which parameters train: LoRA (through peft, the default), full fine-tuning, or the top k layers.
+
+* ``lora``: low-rank adapters ``W + (alpha / r) * B @ A`` on the attention and MLP projections
+  (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models"), optionally only in the
+  top ``lora_layers`` decoder layers (backpropagation then stops at the lowest adapted layer,
+  which on a CPU is most of the cost). Saved as a peft adapter (``adapter_model.safetensors``),
+  or merged into the weights with ``merge``.
+* ``full``: every parameter.
+* ``top-k``: the top ``top_k`` decoder layers and the final norm; everything below is frozen.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+METHODS = ("lora", "full", "top-k")
+DEFAULT_LR = {"lora": 2e-4, "full": 1e-5, "top-k": 1e-4}
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    """The model's decoder layers (``model.model.layers`` for Llama/Qwen2/Gemma-style models)."""
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    layers = getattr(base, "layers", None)
+    if layers is None:
+        raise ValueError(f"{type(model).__name__}: cannot find the decoder layers (expected .layers)")
+    return layers
+
+
+def apply_method(model, *, method: str, lora_r: int = 16, lora_alpha: int = 32, lora_dropout: float = 0.0,
+                 lora_layers: int | None = None, lora_targets: tuple[str, ...] = LORA_TARGETS, top_k: int = 6):
+    """Make the chosen parameters trainable; returns the (possibly peft-wrapped) model.
+
+    Raises:
+        ValueError: unknown method, or ``lora_layers``/``top_k`` outside 1..num_layers.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
+    n = len(decoder_layers(model))
+    if method == "full":
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if method == "top-k":
+        if not 1 <= top_k <= n:
+            raise ValueError(f"top_k must be in 1..{n} for this model, got {top_k}")
+        for layer in decoder_layers(model)[n - top_k:]:
+            for p in layer.parameters():
+                p.requires_grad_(True)
+        norm = getattr(model.get_decoder(), "norm", None)
+        if norm is not None:
+            for p in norm.parameters():
+                p.requires_grad_(True)
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    if lora_layers is not None and not 1 <= lora_layers <= n:
+        raise ValueError(f"lora_layers must be in 1..{n} for this model, got {lora_layers}")
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = [t for t in lora_targets if t in present]
+    if not targets:
+        raise ValueError(f"none of the LoRA target modules {list(lora_targets)} exist in {type(model).__name__}")
+    cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=targets,
+                     layers_to_transform=None if lora_layers is None else list(range(n - lora_layers, n)),
+                     bias="none", task_type="CAUSAL_LM")
+    return get_peft_model(model, cfg)
+
+
+def trainable_parameters(model) -> list[torch.nn.Parameter]:
+    """The parameters that receive gradients, in a fixed (named) order."""
+    return [p for _, p in sorted(model.named_parameters(), key=lambda kv: kv[0]) if p.requires_grad]
+
+
+def trainable_state(model) -> dict[str, torch.Tensor]:
+    """A CPU copy of the trainable parameters (to keep the best epoch)."""
+    return {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.requires_grad}
+
+
+def load_trainable_state(model, state: dict[str, torch.Tensor]) -> None:
+    """Copy a :func:`trainable_state` back into the model."""
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for n, t in state.items():
+            params[n].copy_(t.to(params[n].device))
+
+
+def save_trained(model, tokenizer, output: Path, *, method: str, merge: bool = False) -> list[str]:
+    """Write the trained weights to ``output``; returns the files written.
+
+    LoRA without ``merge``: the peft adapter only (``adapter_config.json``,
+    ``adapter_model.safetensors``); the base model is named in ``training.json``. Otherwise the whole
+    model (merged LoRA, full or top-k) as safetensors with its tokenizer, loadable as a plain
+    transformers directory.
+    """
+    output.mkdir(parents=True, exist_ok=True)
+    before = set(p.name for p in output.iterdir())
+    if method == "lora" and not merge:
+        model.save_pretrained(str(output), safe_serialization=True)
+    else:
+        if method == "lora":
+            model = model.merge_and_unload()
+        model.save_pretrained(str(output), safe_serialization=True)
+        tokenizer.save_pretrained(str(output))
+    card = output / "README.md"  # peft's placeholder model card: training.json documents the model
+    if "README.md" not in before and card.is_file():
+        card.unlink()
+    return sorted(set(p.name for p in output.iterdir()) - before)

@@ -1,0 +1,50 @@
+"""Selection metrics during training: how the model answers held-out ``selection`` rows.
+
+Run through the real :class:`~noulengine.engine.engine.Engine` (the same compiler, masks and
+readout as serving). Metrics per decision: accuracy, NLL (p floored at 1e-12), Brier (sum of
+squares), ECE (15 equal-width bins, max-p confidence) and the median candidate mass ``x_mass``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import torch
+
+from noulengine.metrics.calibration import expected_calibration_error
+
+NLL_FLOOR = 1e-12
+
+
+def selection_metrics(engine, rows, *, debias: str = "none") -> dict:
+    """Score ``rows`` (:class:`~noulengine.train.data.TrainRow`) with ``engine``.
+
+    Returns:
+        ``{"decisions", "accuracy", "nll", "brier", "ece", "x_mass_median"}``, plus
+        ``"flip_rate"`` (mean over choice questions) when ``debias == "permute"``.
+    """
+    decisions = engine.decide_batch([r.record.request for r in rows], on_error="raise")
+    conf, correct, nlls, briers, masses, flips = [], [], [], [], [], []
+    for row, dec in zip(rows, decisions):
+        for q, gold in zip(row.record.request.questions, row.gold):
+            if gold is None:
+                continue
+            ans = dec.answers[q.field]
+            p = ans.probabilities
+            conf.append(ans.confidence)
+            correct.append(float(ans.label == gold))
+            nlls.append(-math.log(max(p[gold], NLL_FLOOR)))
+            briers.append(sum((v - (lab == gold)) ** 2 for lab, v in p.items()))
+            masses.append(ans.x_mass)
+            if ans.flip_rate is not None:
+                flips.append(ans.flip_rate)
+    n = len(conf)
+    if n == 0:
+        return {"decisions": 0}
+    out = {"decisions": n, "accuracy": sum(correct) / n, "nll": sum(nlls) / n, "brier": sum(briers) / n,
+           "ece": float(expected_calibration_error(torch.tensor(conf), torch.tensor(correct))),
+           "x_mass_median": statistics.median(masses)}
+    if debias == "permute":
+        out["flip_rate"] = sum(flips) / len(flips) if flips else None
+    return out

@@ -1,0 +1,385 @@
+"""``noulengine train``: fine-tune a causal LM on canonical records so it answers the symbol protocol.
+
+Loop (one optimizer update per batch):
+
+1. check every training (and selection) row up front (:mod:`noulengine.train.data`), against the
+   pinned evaluation suites too (:mod:`noulengine.train.contamination`);
+2. per epoch: permute each row's choice options with a per-row, per-epoch seed, compile with the
+   engine's compiler, plan length-grouped batches under ``batch_tokens`` padded tokens, shuffle
+   the batch order;
+3. per batch: the engine's packed forward pass with autograd, the loss at every question's answer
+   position (:mod:`noulengine.train.loss`), AdamW, linear warm-up then linear decay, gradient
+   clipping;
+4. after each epoch: selection metrics through the real engine; the best epoch by selection NLL
+   is kept;
+5. save the adapter (or weights) and ``training.json``.
+
+Data parallel: launched with ``torchrun --nproc_per_node N -m noulengine.train ...`` (CPU, gloo)
+or ``accelerate launch --multi_gpu --num_processes N -m noulengine.train ...`` (GPUs), the
+``accelerate.Accelerator`` picks up the process group; each process takes
+every ``world``-th batch and gradients are averaged across processes before each update (the
+same update as one process on the union of the batches).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from noulengine.train.data import TrainingDataError, load_training_rows
+from noulengine.train.loss import LOSSES, batch_losses, compile_example
+from noulengine.train.methods import (DEFAULT_LR, METHODS, apply_method, load_trainable_state, save_trained,
+                                      trainable_parameters, trainable_state)
+
+FORMAT = "noulengine-training"
+VERSION = 1
+
+
+@dataclass
+class TrainConfig:
+    """Training settings (the CLI flags are generated from these fields).
+
+    Attributes:
+        data: training JSONL (canonical records with targets; no validation_role).
+        output: output directory (created; must be empty or absent).
+        model: base model, anything ``Engine.from_pretrained`` takes (default: the untrained base).
+        method: ``lora`` | ``full`` | ``top-k``.
+        epochs: passes over the training rows.
+        lr: peak learning rate (default per method: lora 2e-4, full 1e-5, top-k 1e-4).
+        batch_tokens: padded tokens per optimizer step (rows x width).
+        max_batch_size: rows per step at most.
+        seed: seeds LoRA init, option permutations and batch order.
+        selection: selection JSONL (validation_role: selection) scored after each epoch; chooses the epoch.
+        selection_limit: score only the first N selection rows (None: all).
+        loss: ``full`` (cross-entropy over the whole vocabulary) | ``candidates`` (over candidate symbols).
+        readout: the readout trained and then used for inference (``symbols``).
+        permute: permute choice options per row and epoch (option-order augmentation).
+        permute_share: share of rows (drawn per row and epoch) whose options are permuted; the
+            rest keep criteria order (1.0: every row).
+        soft_targets: train on targets[field].probabilities where given.
+        lora_r: LoRA rank.
+        lora_alpha: LoRA alpha (scale alpha / r).
+        lora_dropout: LoRA dropout.
+        lora_layers: adapt only the top N decoder layers (None: all).
+        top_k: layers unfrozen by method top-k.
+        weight_decay: AdamW weight decay.
+        warmup_ratio: share of steps with linear warm-up.
+        max_grad_norm: gradient clipping norm (0: none).
+        max_steps: stop after this many optimizer steps (None: all epochs).
+        merge: save LoRA merged into full weights instead of an adapter.
+        device: cuda | cpu | None (CUDA when available).
+        name: model name recorded in training.json (default: the output folder's name).
+        flip_rate_rows: selection rows used to measure the permutation flip rate of the final model (0: skip).
+        progress: show a tqdm bar.
+    """
+
+    data: str
+    output: str
+    model: str | None = "SmolLM2-135M-Instruct"
+    method: str = "lora"
+    epochs: int = 1
+    lr: float | None = None
+    batch_tokens: int = 2048
+    max_batch_size: int = 16
+    seed: int = 0
+    selection: str | None = None
+    selection_limit: int | None = None
+    loss: str = "full"
+    readout: str = "symbols"
+    permute: bool = True
+    permute_share: float = 1.0
+    soft_targets: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_layers: int | None = None
+    top_k: int = 6
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.05
+    max_grad_norm: float = 1.0
+    max_steps: int | None = None
+    merge: bool = False
+    device: str | None = None
+    name: str | None = None
+    flip_rate_rows: int = 200
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {list(METHODS)}, got {self.method!r}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {list(LOSSES)}, got {self.loss!r}")
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+        if not 0.0 <= self.permute_share <= 1.0:
+            raise ValueError(f"permute_share must be in [0, 1], got {self.permute_share}")
+        if self.lr is None:
+            self.lr = DEFAULT_LR[self.method]
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` wrote: the output directory, the ``training.json`` content and the
+    trained model as it is in memory (peft-wrapped for LoRA; the best epoch's weights)."""
+
+    output: Path
+    training: dict = field(default_factory=dict)
+    model: object = None
+
+
+def _lr_lambda(total: int, warmup: int):
+    def f(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+    return f
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _file_info(path: Path, rows) -> dict:
+    from noulengine.models.loading import sha256_file
+
+    return {"path": str(path), "sha256": sha256_file(path), "rows": len(rows),
+            "questions": sum(r.num_questions for r in rows)}
+
+
+def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> TrainResult:
+    """Train a decision model; see the module docstring for the loop.
+
+    Args:
+        config: :class:`TrainConfig`.
+        evaluation_index: an :class:`~noulengine.train.contamination.EvaluationIndex`; None builds
+            it from every registered benchmark suite (the CLI always does).
+        accelerator: an ``accelerate.Accelerator`` (None: one is made; single process unless
+            launched with ``accelerate launch``).
+
+    Returns:
+        :class:`TrainResult`.
+
+    Raises:
+        TrainingDataError: any training or selection row breaks a rule (all are listed).
+        FileExistsError: ``output`` exists and is not empty.
+        noulengine.models.loading.ModelNotFoundError: ``model`` names nothing loadable.
+    """
+    from accelerate import Accelerator
+
+    from noulengine.compile import Compiler, CompilerConfig
+    from noulengine.engine.engine import Engine
+    from noulengine.engine.model_runner import ModelRunner, pick_device
+    from noulengine.eval.report import git_revision, library_versions
+    from noulengine.models.loading import load_model
+    from noulengine.records.errors import RecordError
+    from noulengine.train.contamination import build_evaluation_index
+    from noulengine.train.selection import selection_metrics
+
+    t_start = time.perf_counter()
+    output = Path(config.output)
+    if output.exists() and any(output.iterdir()):
+        raise FileExistsError(f"--output {output} exists and is not empty; choose a new folder")
+    if accelerator is None:
+        dev = pick_device(config.device)
+        accelerator = Accelerator(cpu=dev.type == "cpu")
+    device = accelerator.device
+    rank, world, main = accelerator.process_index, accelerator.num_processes, accelerator.is_main_process
+
+    index = evaluation_index if evaluation_index is not None else build_evaluation_index()
+    rows = load_training_rows(config.data, index=index, soft_targets=config.soft_targets)
+    if not rows:
+        raise TrainingDataError([RecordError("the training file holds no rows", file=config.data)])
+    sel_rows = []
+    if config.selection:
+        sel_rows = load_training_rows(config.selection, index=index, role="selection")
+        if config.selection_limit is not None:
+            sel_rows = sel_rows[:config.selection_limit]
+
+    _seed_everything(config.seed)
+    loaded = load_model(config.model, dtype=torch.float32, device=device)
+    base_identity = loaded.identity.to_dict()
+    model = apply_method(loaded.model, method=config.method, lora_r=config.lora_r, lora_alpha=config.lora_alpha,
+                         lora_dropout=config.lora_dropout, lora_layers=config.lora_layers, top_k=config.top_k)
+    tokenizer = loaded.tokenizer
+    params = trainable_parameters(model)
+    n_trainable = sum(p.numel() for p in params)
+    runner = ModelRunner(model, train=True)
+    compiler = Compiler(tokenizer, CompilerConfig(readout=config.readout, max_positions=runner.max_positions,
+                                                  max_packed_tokens=max(config.batch_tokens, runner.max_positions)))
+    pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+    autocast = torch.bfloat16 if device.type == "cuda" else None
+
+    # Overlength and readout rules, checked for every row before the first step.
+    errors = []
+    for r in rows:
+        try:
+            compile_example(compiler, r)
+        except RecordError as exc:
+            errors.append(exc.located(config.data, r.line) if exc.file is None else exc)
+        except Exception as exc:  # OverlengthError, TokenizerError
+            errors.append(RecordError(str(exc), record_id=r.id, field=getattr(exc, "field", None),
+                                      file=config.data, line=r.line))
+    if errors:
+        raise TrainingDataError(errors)
+
+    steps_per_epoch = _count_steps(compiler, rows, config, world)
+    total = steps_per_epoch * config.epochs
+    if config.max_steps is not None:
+        total = min(total, config.max_steps)
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(total, int(config.warmup_ratio * total)))
+
+    curve, epochs_log = [], []
+    best = None
+    step = 0
+    bar = None
+    if config.progress and main:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc="train", unit="step", dynamic_ncols=True)
+    t_train = time.perf_counter()
+    seen_examples = 0
+    for epoch in range(config.epochs):
+        if step >= total:
+            break
+        batches, examples = _epoch_batches(compiler, rows, config, epoch)
+        # Every process plans the same batches (same seeds); each takes an equal share.
+        mine = batches[rank::world][:max(1, len(batches) // world)]
+        ep_loss = ep_q = ep_correct = 0.0
+        model.train()
+        for indices in mine:
+            if step >= total:
+                break
+            out = batch_losses(runner, examples, indices, loss=config.loss, pad_id=pad_id, autocast_dtype=autocast)
+            loss = out.mean_loss()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if world > 1:
+                for p in params:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                    p.grad = accelerator.reduce(p.grad, reduction="mean")
+            grad_norm = None
+            if config.max_grad_norm:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+            optimizer.step()
+            scheduler.step()
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise FloatingPointError(f"step {step}: the loss is {value}; lower --lr (now {config.lr})")
+            step += 1
+            seen_examples += len(indices)
+            ep_loss += value * out.num_questions
+            ep_q += out.num_questions
+            ep_correct += out.correct
+            curve.append({"step": step, "epoch": epoch + 1, "loss": round(value, 6),
+                          "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm, "examples": len(indices),
+                          "questions": out.num_questions, "correct": out.correct})
+            if bar is not None:
+                rate = seen_examples * world / (time.perf_counter() - t_train)
+                bar.set_postfix(loss=f"{value:.4f}", ex_s=f"{rate:.2f}", epoch=epoch + 1)
+                bar.update(1)
+        entry = {"epoch": epoch + 1, "steps": step, "train_loss": ep_loss / max(ep_q, 1),
+                 "train_accuracy": ep_correct / max(ep_q, 1), "train_questions": int(ep_q)}
+        if sel_rows and main:
+            engine = Engine.from_model(model, tokenizer, readout=config.readout, device=str(device))
+            entry["selection"] = selection_metrics(engine, sel_rows)
+            runner.model.train()
+            if best is None or entry["selection"]["nll"] < best[0]:
+                best = (entry["selection"]["nll"], epoch + 1, trainable_state(model))
+        epochs_log.append(entry)
+        if main:
+            print(json.dumps({"epoch_done": entry}), flush=True)
+    if bar is not None:
+        bar.close()
+    train_s = time.perf_counter() - t_train
+    chosen = epochs_log[-1]["epoch"] if epochs_log else 0
+    if best is not None and best[1] != chosen:
+        load_trainable_state(model, best[2])
+        chosen = best[1]
+
+    result = TrainResult(output, model=model)
+    if not main:
+        accelerator.wait_for_everyone()
+        return result
+    final = {}
+    if sel_rows and config.flip_rate_rows:
+        engine = Engine.from_model(model, tokenizer, readout=config.readout, debias="permute", device=str(device))
+        final["permutation"] = selection_metrics(engine, sel_rows[:config.flip_rate_rows], debias="permute")
+    files = save_trained(model, tokenizer, output, method=config.method, merge=config.merge)
+    training = {
+        "format": FORMAT, "version": VERSION, "name": config.name or output.name,
+        "base_model": {**base_identity, "spec": _base_spec(config.model)},
+        "method": config.method + ("-merged" if config.method == "lora" and config.merge else ""),
+        "readout": config.readout, "loss": config.loss,
+        "hyperparameters": {k: v for k, v in dataclasses.asdict(config).items()
+                            if k not in ("data", "output", "model", "selection", "progress", "device", "name")},
+        "trainable_parameters": n_trainable,
+        "data": {"train": _file_info(Path(config.data), rows),
+                 "selection": _file_info(Path(config.selection), sel_rows) if config.selection else None},
+        "evaluation_overlap_check": index.summary(),
+        "git_revision": git_revision(), "seed": config.seed, "versions": _versions(library_versions),
+        "device": str(device), "processes": world, "steps": step,
+        "wall_s": round(time.perf_counter() - t_start, 1), "train_s": round(train_s, 1),
+        "examples_per_s": round(seen_examples * world / train_s, 3) if train_s else None,
+        "epochs": epochs_log, "chosen_epoch": chosen,
+        "chosen_by": "selection NLL" if best is not None else "last epoch (no selection rows)",
+        "final": final, "files": files, "loss_curve": curve,
+    }
+    (output / "training.json").write_text(json.dumps(training, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    result.training = training
+    if world > 1:
+        accelerator.wait_for_everyone()
+    return result
+
+
+def _versions(library_versions) -> dict:
+    out = library_versions()
+    try:
+        from importlib import metadata
+
+        out["peft"] = metadata.version("peft")
+        out["accelerate"] = metadata.version("accelerate")
+    except Exception:  # noqa: BLE001 - versions are informational
+        pass
+    return out
+
+
+def _base_spec(model) -> str | None:
+    """What loads the base again: a base-model name, or an absolute path."""
+    from noulengine.models.loading import is_base_name
+
+    if model is None or is_base_name(model):
+        return model if model is not None else None
+    return str(Path(model).expanduser().resolve())
+
+
+def _epoch_batches(compiler, rows, config: TrainConfig, epoch: int):
+    """Compiled examples (options permuted with a per-row, per-epoch seed) and the epoch's
+    shuffled, length-grouped batches of example indices."""
+    from noulengine.engine.batching import plan_batches
+
+    examples = []
+    for r in rows:
+        rng = random.Random(f"{config.seed}:{epoch}:{r.id}") if config.permute else None
+        if rng is not None and rng.random() >= config.permute_share:
+            rng = None  # this row keeps criteria order this epoch
+        examples.append(compile_example(compiler, r, rng))
+    batches = plan_batches([e.compiled.input_tokens for e in examples], batch_tokens=config.batch_tokens,
+                           max_batch_size=config.max_batch_size)
+    random.Random(f"{config.seed}:{epoch}:order").shuffle(batches)
+    return batches, examples
+
+
+def _count_steps(compiler, rows, config: TrainConfig, world: int) -> int:
+    """Optimizer steps per epoch per process (the first epoch's plan; equal on every process)."""
+    batches, _ = _epoch_batches(compiler, rows, config, 0)
+    return max(1, len(batches) // world)
