@@ -1,0 +1,202 @@
+#!/usr/bin/env python
+"""The recipe of the embedded default decision model: SmolLM2-135M-Instruct + a LoRA adapter.
+
+Steps (one command; ``--steps`` runs a subset):
+
+1. ``data``: build the training file from TRAIN-side data only, written to the git-ignored
+   ``runs/train-default/data/``:
+   * AG News train (``shared/data/agnews_train``), stratified by topic, minus every
+     validation-v1 row, minus the 116 train rows SOURCE.md lists as near-duplicates of test rows;
+   * WildJailbreak train (``shared/data/wildjailbreak_train``): vanilla-benign prompts (benign),
+     adversarial-harmful and vanilla-harmful prompts (harmful), minus every validation-v1 row;
+   * procedural typed decision records (:mod:`noulengine.train.synthetic`): choice, score and
+     noul questions with rule-computed labels, several per state.
+   Rows use the exact record layout and question wording of the matching accuracy-v1 suites.
+   The selection file holds validation-v1 ``selection`` rows (AG News, WildJailbreak) and
+   synthetic selection rows from another seed. ``noulengine train`` then refuses any row that
+   overlaps a pinned evaluation suite.
+2. ``train``: ``noulengine train`` with the settings below (LoRA on the top layers, symbols
+   readout, full-vocabulary cross-entropy, options permuted per epoch).
+3. ``calibrate``: ``noulengine calibrate`` on validation-v1 (temperatures fitted on its
+   ``calibration`` rows; ``selection`` rows only reported), written into the model folder as
+   ``calibration.json``.
+4. ``install``: copy the adapter, ``training.json`` and ``calibration.json`` into
+   ``noulengine/models/default_adapter/`` (what ``Engine.from_pretrained()`` loads).
+
+Usage::
+
+    python scripts/train_default.py                    # all steps (CPU: see docs/training.md)
+    python scripts/train_default.py --steps data       # only rebuild and hash the data
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+for p in (REPO, REPO / "scripts"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import make_validation as mv  # noqa: E402  (the train-side pool readers validation-v1 uses)
+
+from noulengine.eval.suites import get_suite, resolve_data_dir  # noqa: E402
+from noulengine.eval.suites.hashing import short_id, write_jsonl  # noqa: E402
+from noulengine.models.loading import DEFAULT_ADAPTER_DIR, sha256_file  # noqa: E402
+from noulengine.train.synthetic import generate  # noqa: E402
+
+WORK = REPO / "runs" / "train-default"
+SEED = 20261201
+# Rows per source (chosen to fit the 60-minute CPU budget; see docs/training.md).
+AGNEWS_PER_TOPIC = 500
+WJB = {"benign": 300, "adversarial_harmful": 200, "vanilla_harmful": 100}
+SYNTHETIC_ROWS = 700
+SELECTION = {"agnews": 200, "wildjailbreak": 100, "synthetic": 100}
+TRAIN_ARGS = ["--method", "lora", "--lora-layers", "12", "--lora-r", "16", "--lora-alpha", "32", "--lr", "1e-3", "--permute-share", "0.5",
+              "--epochs", "1", "--batch-tokens", "2048", "--max-batch-size", "8", "--loss", "full",
+              "--readout", "symbols", "--seed", str(SEED), "--name", "noul-smollm2-135m-v1",
+              "--flip-rate-rows", "200"]
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "training.json", "calibration.json")
+
+
+def _validation_ids() -> set[str]:
+    out = set()
+    for name in ("agnews", "wildjailbreak"):
+        path = mv.DEFAULT_OUT / f"{name}.jsonl"
+        with path.open(encoding="utf-8") as fh:
+            out.update(json.loads(line)["id"] for line in fh if line.strip())
+    return out
+
+
+def _validation_rows(name: str, role: str) -> list[dict]:
+    with (mv.DEFAULT_OUT / f"{name}.jsonl").open(encoding="utf-8") as fh:
+        return [r for r in (json.loads(line) for line in fh if line.strip()) if r["validation_role"] == role]
+
+
+def build_data(data_dir: Path, out: Path) -> dict:
+    """Write ``train.jsonl`` and ``selection.jsonl``; returns their hashes and counts."""
+    if not (mv.DEFAULT_OUT / "agnews.jsonl").is_file():
+        mv.main([])  # validation-v1 first: its rows are excluded from training
+    mv.verify()
+    held_out = _validation_ids()
+    rng = random.Random(SEED)
+    rows: list[dict] = []
+    counts: dict[str, int] = {}
+
+    ag = get_suite("agnews").module
+    pool = mv.agnews_pool(data_dir)
+    near = mv.agnews_near_duplicates(data_dir / mv.AGNEWS_FILES[2])
+    test_texts = mv.test_texts("agnews", data_dir)
+    for label in ag.CRITERIA:
+        cands = sorted(i for i, (t, lab) in pool.items() if lab == label and i not in near
+                       and short_id(f"agnews_train:{i}") not in held_out and mv.normalize(t) not in test_texts)
+        for i in rng.sample(cands, AGNEWS_PER_TOPIC):
+            rows.append(ag.make_record(short_id(f"agnews_train:{i}"), pool[i][0], label))
+    counts["agnews"] = 4 * AGNEWS_PER_TOPIC
+
+    wj = get_suite("wildjailbreak").module
+    wj_test = mv.test_texts("wildjailbreak", data_dir)
+    benign = json.loads((data_dir / mv.WJB_FILES[0]).read_text(encoding="utf-8"))
+    harmful = json.loads((data_dir / mv.WJB_FILES[1]).read_text(encoding="utf-8"))
+    by_kind = {"benign": [], "adversarial_harmful": [], "vanilla_harmful": []}
+    for rec in benign + harmful:
+        kind = "benign" if rec["source_type"] == "vanilla_benign" else rec["source_type"]
+        label = "benign" if kind == "benign" else "harmful"
+        idx = int(rec["wildjailbreak_row_index"])
+        # validation-v1's id form for the kinds it samples; vanilla-harmful rows share row indices
+        # with adversarial-harmful ones, so they get their own form.
+        rid = short_id(f"wildjailbreak_train:vanilla_harmful:{idx}" if kind == "vanilla_harmful"
+                       else f"wildjailbreak_train:{label}:{idx}")
+        if rid not in held_out and mv.normalize(rec["instruction"]) not in wj_test:
+            by_kind[kind].append((int(rec["wildjailbreak_row_index"]), rid, rec["instruction"], label))
+    seen = set()
+    for kind, n in WJB.items():
+        cands = []
+        for idx, rid, prompt, label in sorted(by_kind[kind]):
+            key = mv.normalize(prompt)
+            if key not in seen:
+                seen.add(key)
+                cands.append((rid, prompt, label))
+        for rid, prompt, label in rng.sample(cands, n):
+            rows.append(wj.make_record(rid, prompt, label))
+        counts[f"wildjailbreak_{kind}"] = n
+
+    rows += generate(SYNTHETIC_ROWS, seed=SEED)
+    counts["synthetic"] = SYNTHETIC_ROWS
+    rng.shuffle(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"train": write_jsonl(out / "train.jsonl", rows)}
+
+    selection = (_validation_rows("agnews", "selection")[:SELECTION["agnews"] * 2:2]
+                 + _validation_rows("wildjailbreak", "selection")[:SELECTION["wildjailbreak"] * 3:3])
+    for rec in generate(SELECTION["synthetic"], seed=SEED + 1):
+        rec["validation_role"] = "selection"
+        selection.append(rec)
+    files["selection"] = write_jsonl(out / "selection.jsonl", selection)
+    info = {k: {"path": str(p.relative_to(REPO)), "sha256": sha256_file(p), "rows": sum(1 for _ in p.open())}
+            for k, p in files.items()}
+    info["train"]["sources"] = counts
+    (out / "data.json").write_text(json.dumps(info, indent=1) + "\n")
+    return info
+
+
+def run(cmd: list[str]) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=REPO)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", default="data,train,calibrate,install", help="comma-separated subset of the steps")
+    ap.add_argument("--source", help="raw data root (default: $NOULENGINE_DATA, else ../shared/data)")
+    ap.add_argument("--work", default=str(WORK), help="work folder (git-ignored)")
+    args = ap.parse_args(argv)
+    steps = args.steps.split(",")
+    work = Path(args.work)
+    data_dir = resolve_data_dir(args.source)
+    if data_dir is None:
+        raise SystemExit("no raw data root found (set NOULENGINE_DATA or pass --source)")
+    model_dir = work / "model"
+    times = {}
+    t0 = time.perf_counter()
+    if "data" in steps:
+        info = build_data(data_dir, work / "data")
+        print(json.dumps(info, indent=1))
+        times["data_s"] = round(time.perf_counter() - t0, 1)
+    py = sys.executable
+    if "train" in steps:
+        t = time.perf_counter()
+        if model_dir.exists():
+            shutil.rmtree(model_dir)
+        run([py, "-m", "noulengine", "train", "--data", str(work / "data" / "train.jsonl"), "--output", str(model_dir),
+             "--selection", str(work / "data" / "selection.jsonl"), *TRAIN_ARGS])
+        times["train_s"] = round(time.perf_counter() - t, 1)
+    if "calibrate" in steps:
+        t = time.perf_counter()
+        # validation-v1 as built: temperatures fit on its calibration rows, selection rows only reported.
+        run([py, "-m", "noulengine", "calibrate", "--validation", str(mv.DEFAULT_OUT / "agnews.jsonl"),
+             "--validation", str(mv.DEFAULT_OUT / "wildjailbreak.jsonl"), "--model", str(model_dir),
+             "--output", str(model_dir / "calibration.json"), "--no-progress"])
+        times["calibrate_s"] = round(time.perf_counter() - t, 1)
+    if "install" in steps:
+        DEFAULT_ADAPTER_DIR.mkdir(parents=True, exist_ok=True)
+        for name in ADAPTER_FILES:
+            shutil.copy2(model_dir / name, DEFAULT_ADAPTER_DIR / name)
+        print(f"installed into {DEFAULT_ADAPTER_DIR}:")
+        for name in ADAPTER_FILES:
+            print(f"  {name} sha256 {sha256_file(DEFAULT_ADAPTER_DIR / name)}")
+    times["total_s"] = round(time.perf_counter() - t0, 1)
+    print(json.dumps({"recipe_times": times}))
+    (work / "recipe_times.json").write_text(json.dumps(times, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
