@@ -58,3 +58,54 @@ def test_cli_decide_on_real_agnews_and_wildjailbreak_records(tmp_path):
         assert ans["label"] in ans["labels"]
     assert set(rows[0]["answers"]["decision"]["labels"]) == {"world", "sports", "business", "sci_tech"}
     assert rows[3]["answers"]["decision"]["labels"] == ["harmful", "benign"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_DATA / "agnews_train").is_dir(), reason="shared data not present")
+def test_train_the_real_base_model_for_a_few_steps_on_real_rows(tmp_path):
+    """`noulengine train` on the real embedded base with real AG News train rows: runs, records
+    what it did, and its output folder loads and answers with the readout it was trained with."""
+    import csv
+
+    from noulengine import Engine
+    from noulengine.eval.suites import get_suite
+
+    module = get_suite("agnews").module
+    rows = []
+    with (SHARED_DATA / "agnews_train" / "vicrudakov_agnews_train_4000_indexed.csv").open(encoding="utf-8") as fh:
+        for idx, text, label in csv.reader(fh):
+            if idx.isdigit() and label in module.CRITERIA and len(rows) < 6:
+                rows.append(module.make_record(f"e2e-train-{idx}", text, label))
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "model"
+    proc = subprocess.run([sys.executable, "-m", "noulengine", "train", "--data", str(data), "--output", str(out),
+                           "--lora-layers", "2", "--lora-r", "4", "--max-steps", "2", "--max-batch-size", "3",
+                           "--progress", "false"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    t = json.loads((out / "training.json").read_text())
+    assert t["steps"] == 2 and t["base_model"]["name"] == "SmolLM2-135M-Instruct"
+    assert all(torch.isfinite(torch.tensor(s["loss"])) for s in t["loss_curve"])
+    assert t["evaluation_overlap_check"]["suites"]["agnews"]["rows"] == 7600
+    engine = Engine.from_pretrained(str(out))
+    assert engine.config.readout == "symbols" and engine.identity.sha256 != t["base_model"]["sha256"]
+    ans = engine.decide(rows[0]).answers["decision"]
+    assert abs(sum(ans.probabilities.values()) - 1) < 1e-9 and ans.readout == "symbols"
+
+
+def test_default_is_the_trained_decision_model_and_the_base_stays_reachable(default_engine):
+    from noulengine import Engine
+    from noulengine.models.loading import DEFAULT_ADAPTER_DIR, sha256_file
+
+    if not (DEFAULT_ADAPTER_DIR / "training.json").is_file():
+        pytest.skip("no trained default adapter installed")
+    t = json.loads((DEFAULT_ADAPTER_DIR / "training.json").read_text())
+    assert default_engine.identity.name == t["name"] and default_engine.config.readout == t["readout"] == "symbols"
+    assert default_engine.calibration is not None  # temperatures fitted on validation-v1 calibration rows
+    from noulengine.models.loading import DEFAULT_ADAPTER_SHA256, DEFAULT_MODEL_SHA256
+
+    assert t["base_model"]["sha256"] == DEFAULT_MODEL_SHA256  # trained on the pinned base GGUF
+    assert sha256_file(DEFAULT_ADAPTER_DIR / "adapter_model.safetensors") == DEFAULT_ADAPTER_SHA256
+    base = Engine.from_pretrained("SmolLM2-135M-Instruct")
+    assert base.training is None and base.calibration is None and base.config.readout == "auto"
+    assert base.identity.sha256 == t["base_model"]["sha256"] != default_engine.identity.sha256

