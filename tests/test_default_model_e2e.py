@@ -29,7 +29,8 @@ def test_three_question_request_in_one_pass_matches_separate_runs(default_engine
     model = default_engine.runner.model
     for plan in compiled.questions:
         ans = decision.answers[plan.field]
-        ref = torch.softmax(reference_view_logprobs(model, compiled, plan)[0], 0)
+        # the default ships fitted temperatures: probabilities are softmax(log-probs / T)
+        ref = torch.softmax(reference_view_logprobs(model, compiled, plan)[0] / ans.temperature, 0)
         got = torch.tensor([ans.probabilities[lab] for lab in plan.labels], dtype=torch.float64)
         assert torch.allclose(got, ref, atol=1e-4)
         assert abs(sum(ans.probabilities.values()) - 1) < 1e-9 and 0 < ans.x_mass <= 1
