@@ -140,7 +140,7 @@ def build_data(data_dir: Path, out: Path) -> dict:
         rec["validation_role"] = "selection"
         selection.append(rec)
     files["selection"] = write_jsonl(out / "selection.jsonl", selection)
-    info = {k: {"path": str(p.relative_to(REPO)), "sha256": sha256_file(p), "rows": sum(1 for _ in p.open())}
+    info = {k: {"path": str(p), "sha256": sha256_file(p), "rows": sum(1 for _ in p.open())}
             for k, p in files.items()}
     info["train"]["sources"] = counts
     (out / "data.json").write_text(json.dumps(info, indent=1) + "\n")
@@ -169,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     if "data" in steps:
         info = build_data(data_dir, work / "data")
         print(json.dumps(info, indent=1))
+        installed = DEFAULT_ADAPTER_DIR / "training.json"
+        if installed.is_file():  # reproducibility: the committed adapter names the data it was trained on
+            want = json.loads(installed.read_text())["data"]["train"]["sha256"]
+            same = want == info["train"]["sha256"]
+            print(f"train.jsonl sha256 {'matches' if same else 'DIFFERS FROM'} the installed adapter's ({want})")
         times["data_s"] = round(time.perf_counter() - t0, 1)
     py = sys.executable
     if "train" in steps:
