@@ -307,6 +307,13 @@ def test_trained_folder_applies_its_calibration_and_checks_its_base(tmp_path, ti
     out = tmp_path / "out"
     plain = Engine.from_pretrained(str(out))
     assert plain.calibration is None and plain.training["readout"] == "symbols"
+    # read with its own readout, a symbol-trained model still takes 2..255 options: beyond the 62
+    # symbols a question is read by label-sequence; an explicit --readout symbols still refuses
+    many = {"state": "x", "questions": {"q": {"type": "choice", "instructions": "Pick one.",
+                                              "criteria": {f"opt{i}": None for i in range(70)}}}}
+    assert plain.decide(many).answers["q"].readout == "label-sequence"
+    strict = Engine.from_pretrained(str(out), readout="symbols")
+    assert strict.decide_batch([many])[0].error["field"] == "questions.q"
     cal = {"format": FORMAT, "version": VERSION, "model": {"name": "out", "sha256": plain.identity.sha256},
            "readout": "symbols", "debias": "none", "group_by": "global", "groups": {"global": {"temperature": 2.0}}}
     (out / "calibration.json").write_text(json.dumps(cal))

@@ -43,6 +43,10 @@ class CompilerConfig:
             is rejected, never truncated.
         max_packed_tokens: the most packed tokens one request may take (prefix + all branches).
         use_chat_template: None uses the model's chat template when it has one.
+        symbols_fallback: with readout ``symbols``, read a question with more candidates than
+            there are symbols (62 for choice, 10 for score) with ``label-sequence`` instead of
+            refusing it (set for symbol-trained models read with their own readout, so they
+            still accept 2..255 options).
     """
 
     readout: str = "auto"
@@ -50,6 +54,7 @@ class CompilerConfig:
     max_positions: int = 8192
     max_packed_tokens: int = 32768
     use_chat_template: bool | None = None
+    symbols_fallback: bool = False
 
     def __post_init__(self):
         if self.readout not in ("auto",) + READOUT_MODES:
@@ -157,6 +162,8 @@ class Compiler:
             return "label-token" if self._first_tokens(q) is not None else "label-sequence"
         if want == "symbols":
             limit = len(DIGITS) if q.type == "score" else len(SYMBOLS)
+            if q.num_candidates > limit and self.config.symbols_fallback:
+                return "label-sequence"
             if q.num_candidates > limit:
                 raise RecordError(f"readout 'symbols' has {limit} symbols for a {q.type} question; this one has "
                                   f"{q.num_candidates} candidates (use label-sequence)", record_id=rid, field=path)

@@ -49,6 +49,7 @@ class EngineConfig:
             trained model ships with (when fitted for the same readout and debias mode), ``"none"``
             applies no temperature.
         use_chat_template: None uses the model's chat template when it has one.
+        symbols_fallback: with readout symbols, read questions with more options than symbols by label-sequence (None: only for a trained model read with its own readout).
         attn_implementation: ``sdpa`` (default) or ``eager``.
     """
 
@@ -62,6 +63,7 @@ class EngineConfig:
     max_positions: int | None = None
     calibration: str | None = None
     use_chat_template: bool | None = None
+    symbols_fallback: bool | None = None
     attn_implementation: str = "sdpa"
 
 
@@ -93,7 +95,7 @@ class Engine:
         self.compiler = Compiler(tokenizer, CompilerConfig(
             readout=self.config.readout, debias="permute" if self.config.debias == "permute" else "none",
             max_positions=max_pos, max_packed_tokens=max(self.config.batch_tokens, max_pos),
-            use_chat_template=self.config.use_chat_template))
+            use_chat_template=self.config.use_chat_template, symbols_fallback=bool(self.config.symbols_fallback)))
         self.identity = identity
         self.training = None  # training.json of a trained model (set by from_pretrained)
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
@@ -133,6 +135,8 @@ class Engine:
         training = loaded.training or {}
         if readout == "auto" and training.get("readout"):
             readout = training["readout"]  # a trained model is read the way it was trained
+            if kwargs.get("symbols_fallback") is None:
+                kwargs["symbols_fallback"] = True  # ... and still takes 2..255 options
         if kwargs.get("calibration") is None and loaded.calibration_path is not None:
             # The model's own fitted temperatures apply when they were fitted for this readout and
             # debias mode (a calibration file records both); otherwise none is applied.
