@@ -40,6 +40,7 @@ if str(REPO) not in sys.path:
 from noulengine.eval.suites import get_suite, resolve_data_dir  # noqa: E402
 from noulengine.eval.suites.errors import PreparedFileChangedError, SourceFileChangedError  # noqa: E402
 from noulengine.eval.suites.hashing import check_hash, count_lines, file_entry, short_id, write_jsonl  # noqa: E402
+from noulengine.train.contamination import normalize_text  # noqa: E402
 
 VERSION = "validation-v1"
 DEFAULT_SEED = 20240601
@@ -68,9 +69,9 @@ class OverlapError(ValueError):
     """A validation row shares text with a test row, or an id/text is shared between roles."""
 
 
-def normalize(text: str) -> str:
-    """Text as compared for overlap: whitespace collapsed, lower-cased."""
-    return " ".join(text.split()).lower()
+# Text as compared for overlap (whitespace collapsed, lower-cased): the rule `noulengine train`
+# applies against every evaluation suite too.
+normalize = normalize_text
 
 
 # -- AG News -----------------------------------------------------------------------------------

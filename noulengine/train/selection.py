@@ -13,8 +13,7 @@ import statistics
 import torch
 
 from noulengine.metrics.calibration import expected_calibration_error
-
-NLL_FLOOR = 1e-12
+from noulengine.metrics.functional import PROB_FLOOR
 
 
 def selection_metrics(engine, rows, *, debias: str = "none") -> dict:
@@ -34,7 +33,7 @@ def selection_metrics(engine, rows, *, debias: str = "none") -> dict:
             p = ans.probabilities
             conf.append(ans.confidence)
             correct.append(float(ans.label == gold))
-            nlls.append(-math.log(max(p[gold], NLL_FLOOR)))
+            nlls.append(-math.log(max(p[gold], PROB_FLOOR)))
             briers.append(sum((v - (lab == gold)) ** 2 for lab, v in p.items()))
             masses.append(ans.x_mass)
             if ans.flip_rate is not None:

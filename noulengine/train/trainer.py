@@ -174,9 +174,8 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
     """
     from accelerate import Accelerator
 
-    from noulengine.compile import Compiler, CompilerConfig
     from noulengine.engine.engine import Engine
-    from noulengine.engine.model_runner import ModelRunner, pick_device
+    from noulengine.engine.model_runner import pick_device
     from noulengine.eval.report import git_revision, library_versions
     from noulengine.models.loading import load_model
     from noulengine.records.errors import RecordError
@@ -212,26 +211,17 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
     tokenizer = loaded.tokenizer
     params = trainable_parameters(model)
     n_trainable = sum(p.numel() for p in params)
-    runner = ModelRunner(model, train=True)
-    compiler = Compiler(tokenizer, CompilerConfig(readout=config.readout, max_positions=runner.max_positions,
-                                                  max_packed_tokens=max(config.batch_tokens, runner.max_positions)))
-    pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+    # The serving engine's own compiler (and pad id) compiles the training rows; its runner, in
+    # train mode, runs the training forward pass; the same engine scores the selection rows.
+    engine = Engine.from_model(model, tokenizer, readout=config.readout, batch_tokens=config.batch_tokens,
+                               device=str(device))
+    runner, compiler, pad_id = engine.runner, engine.compiler, engine.pad_id
+    model.train()
     autocast = torch.bfloat16 if device.type == "cuda" else None
 
-    # Overlength and readout rules, checked for every row before the first step.
-    errors = []
-    for r in rows:
-        try:
-            compile_example(compiler, r)
-        except RecordError as exc:
-            errors.append(exc.located(config.data, r.line) if exc.file is None else exc)
-        except Exception as exc:  # OverlengthError, TokenizerError
-            errors.append(RecordError(str(exc), record_id=r.id, field=getattr(exc, "field", None),
-                                      file=config.data, line=r.line))
-    if errors:
-        raise TrainingDataError(errors)
-
-    steps_per_epoch = _count_steps(compiler, rows, config, world)
+    # Overlength and readout rules are checked for every row by compiling epoch 0 before the first step.
+    epoch0 = _epoch_batches(compiler, rows, config, 0, data_path=config.data)
+    steps_per_epoch = max(1, len(epoch0[0]) // world)
     total = steps_per_epoch * config.epochs
     if config.max_steps is not None:
         total = min(total, config.max_steps)
@@ -251,7 +241,7 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
     for epoch in range(config.epochs):
         if step >= total:
             break
-        batches, examples = _epoch_batches(compiler, rows, config, epoch)
+        batches, examples = epoch0 if epoch == 0 else _epoch_batches(compiler, rows, config, epoch)
         # Every process plans the same batches (same seeds); each takes an equal share.
         mine = batches[rank::world][:max(1, len(batches) // world)]
         ep_loss = ep_q = ep_correct = 0.0
@@ -291,9 +281,9 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
         entry = {"epoch": epoch + 1, "steps": step, "train_loss": ep_loss / max(ep_q, 1),
                  "train_accuracy": ep_correct / max(ep_q, 1), "train_questions": int(ep_q)}
         if sel_rows and main:
-            engine = Engine.from_model(model, tokenizer, readout=config.readout, device=str(device))
+            model.eval()
             entry["selection"] = selection_metrics(engine, sel_rows)
-            runner.model.train()
+            model.train()
             if best is None or entry["selection"]["nll"] < best[0]:
                 best = (entry["selection"]["nll"], epoch + 1, trainable_state(model))
         epochs_log.append(entry)
@@ -363,24 +353,33 @@ def _base_spec(model) -> str | None:
     return str(Path(model).expanduser().resolve())
 
 
-def _epoch_batches(compiler, rows, config: TrainConfig, epoch: int):
+def _epoch_batches(compiler, rows, config: TrainConfig, epoch: int, *, data_path=None):
     """Compiled examples (options permuted with a per-row, per-epoch seed) and the epoch's
-    shuffled, length-grouped batches of example indices."""
-    from noulengine.engine.batching import plan_batches
+    shuffled, length-grouped batches of example indices.
 
-    examples = []
+    Raises:
+        TrainingDataError: listing every row that does not compile (overlength, readout rules),
+            each with ``data_path`` and its line.
+    """
+    from noulengine.engine.batching import plan_batches
+    from noulengine.records.errors import RecordError
+
+    examples, errors = [], []
     for r in rows:
         rng = random.Random(f"{config.seed}:{epoch}:{r.id}") if config.permute else None
         if rng is not None and rng.random() >= config.permute_share:
             rng = None  # this row keeps criteria order this epoch
-        examples.append(compile_example(compiler, r, rng))
+        try:
+            examples.append(compile_example(compiler, r, rng))
+        except RecordError as exc:
+            errors.append(exc.located(data_path, r.line) if exc.file is None else exc)
+        except Exception as exc:  # noqa: BLE001 - OverlengthError, TokenizerError: named per row
+            errors.append(RecordError(str(exc), record_id=r.id, field=getattr(exc, "field", None),
+                                      file=data_path, line=r.line))
+    if errors:
+        raise TrainingDataError(errors)
     batches = plan_batches([e.compiled.input_tokens for e in examples], batch_tokens=config.batch_tokens,
                            max_batch_size=config.max_batch_size)
     random.Random(f"{config.seed}:{epoch}:order").shuffle(batches)
     return batches, examples
 
-
-def _count_steps(compiler, rows, config: TrainConfig, world: int) -> int:
-    """Optimizer steps per epoch per process (the first epoch's plan; equal on every process)."""
-    batches, _ = _epoch_batches(compiler, rows, config, 0)
-    return max(1, len(batches) // world)
