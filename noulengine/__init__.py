@@ -1,6 +1,6 @@
 """noulengine: turn a language model into a decision model.
 
-A request carries a ``state`` (JSON evidence, optionally images) and 1-16 typed questions
+A request carries a ``state`` (JSON evidence, optionally images) and one or more typed questions
 (``choice``, ``score``, ``noul``); the engine answers each with probabilities over its candidate
 labels, read from the model's logits in one forward pass, without generating text.
 """

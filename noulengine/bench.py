@@ -280,34 +280,46 @@ def _records(name: str, n: int | None = None):
     return recs if n is None else recs[:n]
 
 
-def long_state_request(max_chars: int, n_questions: int = 16) -> tuple[Request, Request]:
-    """A long WildJailbreak state with ``n_questions`` questions (its own + Typed-Decisions ones).
+QUESTION_COUNTS = (1, 16, 32)  # questions on one long state: the cost of each extra question
 
-    Returns (the ``n_questions`` request, the same state with its first question only).
+
+def long_state_requests(max_chars: int, counts: tuple[int, ...] = QUESTION_COUNTS) -> dict[int, Request]:
+    """A long WildJailbreak state asked ``n`` questions for each ``n`` in ``counts``.
+
+    The questions are the state's own, then Typed-Decisions questions (renamed to stay unique);
+    the ``n``-question request holds the first ``n`` of them, so requests differ only in how many
+    branches they add to the shared prefix.
+
+    Returns:
+        ``{n: Request}`` with ids ``long{n}``.
     """
     jail = _records("wildjailbreak/test.local_ids.jsonl")
     best = max((r for r in jail if len(json.dumps(r.request.state)) <= max_chars),
                key=lambda r: len(json.dumps(r.request.state)))
     questions = list(best.request.questions)
-    for rec in _records("typed_decisions/test.jsonl", 8):
+    want = max(counts)
+    for rec in _records("typed_decisions/test.jsonl", -(-want // 5) + 1):
         for q in rec.request.questions:
-            if len(questions) < n_questions:
+            if len(questions) < want:
                 questions.append(dataclasses.replace(q, field=f"{q.field}_{len(questions)}"))
-    return (Request(state=best.request.state, questions=tuple(questions), id=f"long{n_questions}"),
-            Request(state=best.request.state, questions=tuple(questions[:1]), id="long1"))
+    if len(questions) < want:
+        raise ValueError(f"only {len(questions)} questions available for the long-state workload, {want} wanted")
+    return {n: Request(state=best.request.state, questions=tuple(questions[:n]), id=f"long{n}") for n in counts}
 
 
-def build_workloads(quick: bool) -> tuple[list[Workload], tuple[Request, Request]]:
+def build_workloads(quick: bool) -> tuple[list[Workload], dict[int, Request]]:
     typed_n, agnews_n, long_chars = (2, 4, 1000) if quick else (6, 24, 3000)
-    long16, long1 = long_state_request(long_chars)
+    longs = long_state_requests(long_chars)
     return [
         Workload("typed_decisions", [r.request for r in _records("typed_decisions/test.jsonl", typed_n)],
                  f"first {typed_n} Typed-Decisions test states, 5 questions each"),
-        Workload("long_state_16q", [long16],
+        Workload("long_state_16q", [longs[16]],
                  f"longest WildJailbreak eval state <= {long_chars} JSON chars, 16 questions"),
+        Workload("long_state_32q", [longs[32]],
+                 f"the same state, 32 questions (16 more branches on the same prefix)"),
         Workload("agnews_1q", [r.request for r in _records("agnews/test.jsonl", agnews_n)],
                  f"first {agnews_n} AG News test records, 1 question each"),
-    ], (long16, long1)
+    ], longs
 
 
 # --------------------------------------------------------------------------- engine construction
@@ -419,21 +431,34 @@ def measure_workload(engine, wl: Workload, *, reps: int, device, n_params: int, 
     return out
 
 
-def cost_ratio_16_vs_1(engine, long16: Request, long1: Request, reps: int, device) -> dict:
-    """Engine seconds for the 16-question request over the 1-question request on the same state."""
-    engine.decide_batch([long16, long1])  # warm-up
-    t16, t1 = [], []
+def cost_by_questions(engine, longs: dict[int, Request], reps: int, device) -> dict:
+    """Engine seconds per request for 1, 16 and 32 questions on the same long state.
+
+    Each request runs alone (``engine.decide``), synchronised on CUDA, ``reps`` times, interleaved
+    so that drift in machine load hits every count alike; the median is reported.
+
+    Returns:
+        ``{"counts": {n: {"seconds", "tokens", "time_ratio", "token_ratio"}}, "reps",
+        "marginal_seconds_per_question"}``: ratios are against the 1-question request; the marginal
+        cost is (t(32) - t(16)) / 16, the price of one more question once a request has many.
+    """
+    engine.decide_batch(list(longs.values()))  # warm-up
+    times: dict[int, list[float]] = {n: [] for n in longs}
     for _ in range(reps):
-        for req, acc in ((long16, t16), (long1, t1)):
+        for n, req in longs.items():
             _sync(device)
             t0 = time.perf_counter()
             engine.decide(req)
             _sync(device)
-            acc.append(time.perf_counter() - t0)
-    c16, c1 = engine.compile(long16), engine.compile(long1)
-    return {"seconds_16q": statistics.median(t16), "seconds_1q": statistics.median(t1),
-            "ratio": statistics.median(t16) / statistics.median(t1), "tokens_16q": c16.input_tokens,
-            "tokens_1q": c1.input_tokens, "reps": reps}
+            times[n].append(time.perf_counter() - t0)
+    tokens = {n: engine.compile(req).input_tokens for n, req in longs.items()}
+    med = {n: statistics.median(t) for n, t in times.items()}
+    base = min(longs)
+    counts = {n: {"seconds": med[n], "tokens": tokens[n], "time_ratio": med[n] / med[base],
+                  "token_ratio": tokens[n] / tokens[base]} for n in sorted(longs)}
+    hi = sorted(longs)[-2:]
+    marginal = (med[hi[1]] - med[hi[0]]) / (hi[1] - hi[0]) if len(hi) == 2 else None
+    return {"counts": counts, "reps": reps, "marginal_seconds_per_question": marginal}
 
 
 def markdown(result: dict) -> str:
@@ -453,10 +478,13 @@ def markdown(result: dict) -> str:
     lines.append("|---|---|---|")
     for w in result["workloads"]:
         lines.append(f"| {w['name']} | {w['max_prob_diff']:.2e} | {w['padding_share']:.3f} |")
-    c = result["cost_16q_vs_1q"]
-    lines.append("")
-    lines.append(f"16-question vs 1-question request on the same state (engine): {c['seconds_16q']:.2f} s vs "
-                 f"{c['seconds_1q']:.2f} s = {c['ratio']:.2f}x ({c['tokens_16q']} vs {c['tokens_1q']} tokens)")
+    c = result["cost_by_questions"]
+    lines += ["", "| questions on one state (engine, one request) | seconds | tokens | time vs 1q | tokens vs 1q |",
+              "|---|---|---|---|---|"]
+    for n, m in c["counts"].items():
+        lines.append(f"| {n} | {m['seconds']:.3f} | {m['tokens']} | {m['time_ratio']:.2f}x | {m['token_ratio']:.2f}x |")
+    if c.get("marginal_seconds_per_question") is not None:
+        lines.append(f"one more question beyond 16: {1000 * c['marginal_seconds_per_question']:.1f} ms")
     lines.append(f"matmul peak: {result['matmul_peak_flops'] / 1e9:.1f} GFLOP/s ({result['dtype']}, "
                  f"{result['device']}, {result['threads']} threads); non-embedding params: "
                  f"{result['non_embedding_params'] / 1e6:.1f}M; weights: {result['weights']}")
@@ -493,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     peak = matmul_peak(device, dtype)
     n_params = non_embedding_params(engine.runner.model)
-    workloads, (long16, long1) = build_workloads(args.quick)
+    workloads, longs = build_workloads(args.quick)
     result = {"config": {"quick": args.quick, "reps": reps, "model": args.model or "default",
                          "model_config": args.model_config, "attn": args.attn,
                          "batch_tokens": engine.config.batch_tokens, "tolerance": tol},
@@ -512,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{w['ratio_vs_batched']:.2f}x batched, max prob diff {w['max_prob_diff']:.1e}", flush=True)
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(result, indent=2))  # partial results survive a kill
-    result["cost_16q_vs_1q"] = cost_ratio_16_vs_1(engine, long16, long1, max(reps, 2), device)
+    result["cost_by_questions"] = cost_by_questions(engine, longs, max(reps, 2), device)
     result["wall_seconds"] = time.perf_counter() - t_start
     worst = max(w["max_prob_diff"] for w in result["workloads"])
     result["agreement_ok"] = worst <= tol

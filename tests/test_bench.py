@@ -69,12 +69,38 @@ def test_markdown_renders():
          "latency_p95_s": 0.9, "peak_memory_bytes": 2 ** 30, "share_of_matmul_peak": 0.25}
     result = {"workloads": [{"name": "w", "variants": {"naive": v, "batched": v, "engine": v}, "max_prob_diff": 1e-6,
                              "padding_share": 0.1}],
-              "cost_16q_vs_1q": {"seconds_16q": 1.0, "seconds_1q": 0.8, "ratio": 1.25, "tokens_16q": 10,
-                                 "tokens_1q": 5},
+              "cost_by_questions": {"counts": {1: {"seconds": 0.8, "tokens": 5, "time_ratio": 1.0, "token_ratio": 1.0},
+                                               16: {"seconds": 1.0, "tokens": 10, "time_ratio": 1.25,
+                                                    "token_ratio": 2.0},
+                                               32: {"seconds": 1.2, "tokens": 15, "time_ratio": 1.5,
+                                                    "token_ratio": 3.0}},
+                                    "reps": 2, "marginal_seconds_per_question": 0.0125},
               "matmul_peak_flops": 1.5e11, "dtype": "float32", "device": "cpu", "threads": 2,
               "non_embedding_params": 1e8, "weights": "pretrained"}
     table = markdown(result)
-    assert "| w | engine | 2.00 |" in table and "1.25x" in table
+    assert "| w | engine | 2.00 |" in table and "| 16 | 1.000 | 10 | 1.25x | 2.00x |" in table
+    assert "| 32 | 1.200 | 15 | 1.50x | 3.00x |" in table and "12.5 ms" in table
+
+
+def test_long_state_requests_share_one_state_and_grow_by_questions():
+    import pytest
+
+    from noulengine.bench import long_state_requests
+    from tests.conftest import SHARED_DATA
+
+    if not (SHARED_DATA / "wildjailbreak").is_dir():
+        pytest.skip("shared data not present")
+    longs = long_state_requests(1000)
+    assert sorted(longs) == [1, 16, 32]
+    assert len({json_state(r) for r in longs.values()}) == 1
+    fields = [q.field for q in longs[32].questions]
+    assert len(fields) == len(set(fields)) == 32 and [q.field for q in longs[16].questions] == fields[:16]
+
+
+def json_state(req):
+    import json
+
+    return json.dumps(req.state, sort_keys=True)
 
 
 def test_matmul_peak_is_positive_and_finite_on_cpu():

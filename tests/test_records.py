@@ -39,7 +39,6 @@ def rec(**kw):
     (rec(questions={"q": {**CHOICE, "answer": "b"}}, targets={"q": {"label": "a"}}), "questions.q.answer",
      "contradicts"),
     (rec(state={"x": [1.0, float("nan")]}), "state.x[1]", "non-finite"),
-    (rec(questions={f"q{i}": CHOICE for i in range(17)}), "questions", "at most 16"),
     (rec(questions={"q": {"type": "noul", "instructions": "x", "critera": {"true": "t"}}}), "questions.q.critera",
      "unknown question key 'critera'"),
 ])
@@ -115,3 +114,11 @@ def test_images_strict_base64_and_pillow_checks():
         with pytest.raises(RecordError) as info:
             decode_image(bad, record_id="x", field="images[0]")
         assert words in str(info.value)
+
+
+def test_records_have_no_question_count_rule():
+    """The 16-question cap belongs to the HTTP routes (serve --max-questions), not to records."""
+    parsed = parse_record(rec(questions={f"q{i}": CHOICE for i in range(100)}))
+    assert len(parsed.request.questions) == 100
+    with pytest.raises(RecordError, match="must not be empty"):
+        parse_record(rec(questions={}))

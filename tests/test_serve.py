@@ -123,8 +123,8 @@ def test_systemone_accepts_contract_variants(client):
     ({"state": "x", "questions": {"q": {"type": "boolean", "instructions": "x"}}}, ["body", "questions", "q", "type"]),
     ({"state": "x", "questions": {"q.1": {"type": "choice", "instructions": "x", "criteria": {"a": None}}}},
      ["body", "questions", "q.1", "criteria"]),
-    ({"state": "x", "questions": {f"q{i}": {"type": "noul", "instructions": "x"} for i in range(17)}},
-     ["body", "questions"]),
+    ({"state": "x", "questions": {f"q{i}": {"type": "noul", "instructions": "x"} for i in range(65)}},
+     ["body", "questions"]),  # over both routes' default caps (decide 16, systemone 64)
     ({"state": "x", "questions": {"q": {"type": "score", "instructions": "x", "criteria": [str(i) for i in range(11)]}}},
      ["body", "questions", "q", "criteria"]),
 ])
@@ -144,6 +144,69 @@ def test_systemone_rejects_map_scores_and_unknown_model(client):
     assert r.status_code == 422 and "map form" in r.json()["detail"][0]["msg"]
     r = client.post("/v1/systemone", json={"model": "nope", "state": "x", "questions": JEV_Q})
     assert r.status_code == 404 and r.json()["detail"]["error_type"] == "model_not_found"
+
+
+def _noul_questions(n: int) -> dict:
+    return {f"q{i}": {"type": "noul", "instructions": f"Is item {i} late?"} for i in range(n)}
+
+
+def test_question_caps_are_per_route_defaults(client):
+    r = client.post("/v1/systemone", json={"state": "x", "questions": _noul_questions(20)})  # Jev's frozen tests
+    assert r.status_code == 200, r.text
+    assert len(strict_json(r)["answers"]) == 20
+    assert client.post("/v1/decide", json={"state": "x", "questions": _noul_questions(16)}).status_code == 200
+    r = client.post("/v1/decide", json={"state": "x", "questions": _noul_questions(17)})
+    assert r.status_code == 422
+    (item,) = r.json()["detail"]
+    assert item["loc"] == ["body", "questions"] and item["type"] == "too_long"
+    assert "at most 16" in item["msg"] and "--max-questions decide=16" in item["msg"] and "got 17" in item["msg"]
+    r = client.post("/v1/systemone", json={"state": "x", "questions": _noul_questions(65)})
+    assert r.status_code == 422 and "--max-questions systemone=64" in r.json()["detail"][0]["msg"]
+    limits = client.get("/v1/limits").json()
+    assert limits["max_questions"] == {"/v1/decide": 16, "/v1/systemone": 64}
+
+
+def test_question_caps_are_configurable(engine):
+    from noulengine.serve.config import parse_max_questions
+
+    caps = parse_max_questions(["decide=40", "systemone=none"])
+    with make_client(engine, max_questions=caps) as c:
+        r = c.post("/v1/decide", json={"state": "x", "questions": _noul_questions(40)})
+        assert r.status_code == 200 and len(r.json()["answers"]) == 40
+        r = c.post("/v1/decide", json={"state": "x", "questions": _noul_questions(41)})
+        assert r.status_code == 422 and "at most 40" in r.json()["detail"][0]["msg"]
+        assert c.post("/v1/systemone", json={"state": "x", "questions": _noul_questions(70)}).status_code == 200
+        assert c.get("/v1/limits").json()["max_questions"] == {"/v1/decide": 40, "/v1/systemone": None}
+    with make_client(engine, max_questions=parse_max_questions(["2"])) as c:  # every route
+        for path in ("/v1/decide", "/v1/systemone"):
+            r = c.post(path, json={"state": "x", "questions": _noul_questions(3)})
+            assert r.status_code == 422 and "at most 2" in r.json()["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize("values, words", [
+    (["decid=3"], "unknown route 'decid'"), (["0"], "positive integer"), (["systemone=x"], "positive integer"),
+])
+def test_max_questions_flag_refuses_bad_values(values, words):
+    from noulengine.serve.config import parse_max_questions
+
+    with pytest.raises(ValueError, match=words):
+        parse_max_questions(values)
+
+
+def test_serve_help_shows_max_questions(capsys):
+    from noulengine.serve.__main__ import build_parser, config_from_args
+
+    text = " ".join(build_parser().format_help().split())  # argparse wraps lines
+    assert "--max-questions" in text and "decide=16, systemone=64" in text
+    args = build_parser().parse_args(["--max-questions", "systemone=128", "--max-questions", "decide=none"])
+    assert config_from_args(args).max_questions == {"decide": None, "systemone": 128}
+    with pytest.raises(SystemExit, match="unknown route"):
+        config_from_args(build_parser().parse_args(["--max-questions", "v1=3"]))
+
+
+def test_demo_page_reads_the_question_cap_from_the_server(client):
+    page = client.get("/").text
+    assert 'fetch("/v1/limits")' in page and 'max_questions["/v1/decide"]' in page
 
 
 @pytest.mark.parametrize("ctype, status", [

@@ -36,7 +36,6 @@ QUESTION_TYPES = ("choice", "score", "noul")
 QUESTION_KEYS = ("type", "instructions", "criteria", "answer")  # "answer": legacy gold, evaluation only
 VALIDATION_ROLES = ("calibration", "selection")
 NOUL_LABELS = ("no", "yes")
-MAX_QUESTIONS = 16
 MAX_CHOICE_OPTIONS = 255
 MAX_SCORE_LEVELS = 10
 _NOUL_KEYS = {"false": "no", "no": "no", "true": "yes", "yes": "yes"}
@@ -89,7 +88,8 @@ class Request:
 
     Attributes:
         state: any JSON value (a plain string is rendered as text).
-        questions: ordered questions (1..16).
+        questions: ordered questions (at least one; no upper count: the context window and the
+            packed-token budget bound a request, and refuse with counts, never truncating).
         images: ordered images (empty for text-only requests).
         id: an opaque request id, echoed in the output and never compiled into the prompt.
     """
@@ -248,13 +248,17 @@ def parse_question(fld: str, raw: Any, *, record_id: str | None = None) -> Quest
 
 
 def parse_questions(raw: Any, *, record_id: str | None = None) -> tuple[Question, ...]:
-    """Parse the ``questions`` object (1..16 questions, order preserved)."""
+    """Parse the ``questions`` object (one or more questions, order preserved).
+
+    There is no question-count rule here: a canonical record's ``questions`` is any non-empty
+    object. The real bounds are the model's context window and the engine's packed-token budget
+    (both refuse with the counts, never truncate); a per-route cap is a service setting
+    (``noulengine serve --max-questions``), not a property of records.
+    """
     if not isinstance(raw, dict):
         raise _fail(record_id, "questions", f"expected a non-empty object, got {type(raw).__name__}")
     if not raw:
         raise _fail(record_id, "questions", "questions must not be empty")
-    if len(raw) > MAX_QUESTIONS:
-        raise _fail(record_id, "questions", f"at most {MAX_QUESTIONS} questions per request, got {len(raw)}")
     return tuple(parse_question(k, v, record_id=record_id) for k, v in raw.items())
 
 

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from noulengine.serve.config import ServeConfig, is_loopback
+from noulengine.serve.config import DEFAULT_MAX_QUESTIONS, ServeConfig, is_loopback, parse_max_questions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-queue", type=int, default=256, help="queued + running requests at most (then 429)")
     p.add_argument("--max-body-mb", type=float, default=48.0, help="request body limit in MiB (then 413)")
     p.add_argument("--body-timeout-s", type=float, default=30.0, help="seconds to receive a request body (then 408)")
+    defaults = ", ".join(f"{k}={v}" for k, v in DEFAULT_MAX_QUESTIONS.items())
+    p.add_argument("--max-questions", action="append", metavar="[ROUTE=]N",
+                   help="questions per request accepted by a route (decide, systemone), or by every route "
+                        f"without ROUTE=; 'none' removes the cap; repeatable (default {defaults}); more get 422")
     p.add_argument("--model-name", help="name reported in responses and /v1/models (default: the model's name)")
     p.add_argument("--log-level", default="info")
     add_engine_args(p, skip=("batch_tokens",))
@@ -48,6 +52,10 @@ def config_from_args(args: argparse.Namespace, engine=None) -> ServeConfig:
     if not is_loopback(args.host) and key is None and not args.insecure:
         raise SystemExit(f"error: refusing to bind {args.host!r} without an API key; set --api-key-env VAR "
                          "or pass --insecure")
+    try:
+        max_questions = parse_max_questions(args.max_questions)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
     name = args.model_name
     if not name:
         ident = getattr(engine, "identity", None)
@@ -55,7 +63,7 @@ def config_from_args(args: argparse.Namespace, engine=None) -> ServeConfig:
     return ServeConfig(model_name=name, api_key=key, max_batch_tokens=args.max_batch_tokens,
                        max_batch_requests=args.max_batch_requests, max_wait_ms=args.max_wait_ms,
                        max_queue=args.max_queue, max_body_bytes=int(args.max_body_mb * 1024 * 1024),
-                       body_timeout_s=args.body_timeout_s)
+                       body_timeout_s=args.body_timeout_s, max_questions=max_questions)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """The FastAPI application factory: routes, error shapes, auth, limits and metrics wiring.
 
-Routes: ``GET /`` (demo page), ``GET /healthz``, ``GET /metrics``, ``GET /v1/models``,
+Routes: ``GET /`` (demo page), ``GET /healthz``, ``GET /metrics``, ``GET /v1/models``, ``GET /v1/limits``,
 ``POST /v1/systemone`` (Jev-compatible) and ``POST /v1/decide`` (canonical requests, engine
 output format). All inference goes through one :class:`~noulengine.serve.worker.BatchWorker`.
 """
@@ -24,7 +24,7 @@ from noulengine.records.loader import _no_duplicate_keys
 from noulengine.records.schema import request_from_json
 from noulengine.serve import systemone
 from noulengine.serve.auth import check_key
-from noulengine.serve.config import ServeConfig
+from noulengine.serve.config import ROUTES, ServeConfig
 from noulengine.serve.demo import DEMO_HTML
 from noulengine.serve.limits import BodyLimitMiddleware
 from noulengine.serve.metrics import Metrics, MetricsMiddleware
@@ -202,6 +202,12 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         return {"models": [{"name": config.model_name, "description": config.description,
                             "release_date": config.release_date, "x_aliases": list(config.aliases)}]}
 
+    @app.get("/v1/limits")
+    async def limits(request: Request):
+        """This server's request limits (public, like ``/healthz``: the demo page reads its question cap here)."""
+        return {"max_questions": {ROUTES[r]: config.question_cap(r) for r in ROUTES},
+                "max_body_bytes": config.max_body_bytes}
+
     @app.post("/v1/systemone")
     async def system_one(request: Request):
         """Jev-compatible decisions: ``{"model", "state", "questions"}`` -> ``{"model", "answers", "usage"}``."""
@@ -214,7 +220,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
             if model not in accepted_models:
                 raise ApiError(404, "model_not_found", f"model {model!r} is not served here; "
                                                        f"use one of {sorted(accepted_models)}")
-        canonical, legends = systemone.translate_request(body)
+        canonical, legends = systemone.translate_request(body, config.question_cap("systemone"))
         parsed = await parse_canonical(canonical)
         decision = await run_decision(parsed)
         try:
@@ -234,6 +240,8 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
                                     "model_attributes_type")
         if "id" in body and body["id"] is not None and not isinstance(body["id"], str):
             raise ValidationFailure(["id"], "id must be a string", "string_type")
+        if isinstance(body.get("questions"), dict):
+            systemone.check_question_count(body["questions"], config.question_cap("decide"), "/v1/decide")
         parsed = await parse_canonical(body)
         decision = await run_decision(parsed)
         return finite(decision.to_dict())

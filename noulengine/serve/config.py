@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 LOOPBACK_NAMES = ("localhost",)
+
+# Questions per request accepted by each route unless ``--max-questions`` says otherwise. The
+# 16 of /v1/decide is a service default (one request should stay one affordable forward pass);
+# /v1/systemone admits Jev-protocol clients, whose frozen tests send up to 20 questions. Records
+# themselves have no count rule: the context window and the packed-token budget bound them.
+DEFAULT_MAX_QUESTIONS = {"decide": 16, "systemone": 64}
+ROUTES = {"decide": "/v1/decide", "systemone": "/v1/systemone"}
 
 
 @dataclass
@@ -25,6 +32,9 @@ class ServeConfig:
         body_timeout_s: a request body not fully received within this many seconds gets 408.
         request_timeout_s: a request not answered within this many seconds gets 503.
         aliases: model names accepted besides ``model_name`` (the Jev SDKs' default alias).
+        max_questions: questions per request accepted by each route (``"decide"``,
+            ``"systemone"``); a route missing from the mapping, or mapped to None, has no cap.
+            More get 422 ``too_long`` naming the cap.
     """
 
     model_name: str = "noulengine"
@@ -39,6 +49,40 @@ class ServeConfig:
     aliases: tuple[str, ...] = ("jev-latest",)
     release_date: str = "unknown"
     description: str = "noulengine decision model"
+    max_questions: dict = field(default_factory=lambda: dict(DEFAULT_MAX_QUESTIONS))
+
+    def question_cap(self, route: str) -> int | None:
+        """The configured question cap of ``route`` (``"decide"`` or ``"systemone"``), or None."""
+        return self.max_questions.get(route)
+
+
+def parse_max_questions(values: list[str] | None) -> dict:
+    """``--max-questions`` values -> ``{route: cap or None}`` over :data:`DEFAULT_MAX_QUESTIONS`.
+
+    Each value is ``N`` (every route), ``ROUTE=N`` (one route: ``decide`` or ``systemone``), or
+    ``none`` / ``ROUTE=none`` (no cap); later values override earlier ones.
+
+    Raises:
+        ValueError: an unknown route, or a cap that is not a positive integer or ``none``.
+    """
+    caps = dict(DEFAULT_MAX_QUESTIONS)
+    for value in values or []:
+        route, sep, num = value.rpartition("=")
+        routes = [route] if sep else list(caps)
+        if sep and route not in ROUTES:
+            raise ValueError(f"--max-questions {value!r}: unknown route {route!r}; routes are {sorted(ROUTES)}")
+        if num.strip().lower() == "none":
+            cap = None
+        else:
+            try:
+                cap = int(num)
+            except ValueError:
+                cap = 0
+            if cap < 1:
+                raise ValueError(f"--max-questions {value!r}: the cap must be a positive integer or 'none'")
+        for r in routes:
+            caps[r] = cap
+    return caps
 
 
 def is_loopback(host: str) -> bool:

@@ -1,6 +1,7 @@
 """The demo page served at ``GET /``: type a state, add questions, attach images, see bars.
 
-Self-contained HTML + JS (no external assets, nothing fetched but this server's ``/v1/decide``);
+Self-contained HTML + JS (no external assets, nothing fetched but this server's ``/v1/limits`` and
+``/v1/decide``; the question cap shown and enforced by the add buttons is read from ``/v1/limits``);
 images are read in the browser and sent as base64 ``{"type", "data"}`` objects.
 """
 
@@ -33,11 +34,26 @@ DEMO_HTML = r"""<!doctype html>
  <button type="button" data-add="score">+ score</button>
  <span style="flex:1"></span><button type="button" id="submit">Decide</button>
 </div>
+<div class="row"><small id="cap"></small></div>
 <div id="error" role="alert"></div>
 <div id="answers" aria-live="polite"></div>
 <script>
 "use strict";
-let qCount = 0;
+let qCount = 0, maxQuestions = null;
+function questionCount() { return document.querySelectorAll("#questions .question").length; }
+function updateCap() {
+  const full = maxQuestions !== null && questionCount() >= maxQuestions;
+  for (const b of document.querySelectorAll("[data-add]")) b.disabled = full;
+  document.getElementById("cap").textContent = maxQuestions === null ? "" :
+    `${questionCount()} of at most ${maxQuestions} questions per request on this server`;
+}
+async function loadLimits() {
+  try {
+    const r = await fetch("/v1/limits");
+    if (r.ok) { const cap = (await r.json()).max_questions["/v1/decide"]; maxQuestions = cap === null ? null : cap; }
+  } catch (e) { /* the server refuses over-cap requests itself */ }
+  updateCap();
+}
 const HINT = {noul: "(optional) one line 'true: ...' and/or 'false: ...'",
   choice: "one option per line: name: description", score: "one level per line, lowest first"};
 function addQuestion(type, id, instructions, criteria) {
@@ -51,8 +67,9 @@ function addQuestion(type, id, instructions, criteria) {
   fs.querySelector(".qid").value = id || `${type}${qCount}`;
   fs.querySelector(".instructions").value = instructions || "";
   fs.querySelector(".criteria").value = criteria || "";
-  fs.querySelector(".remove").onclick = () => fs.remove();
+  fs.querySelector(".remove").onclick = () => { fs.remove(); updateCap(); };
   document.getElementById("questions").appendChild(fs);
+  updateCap();
 }
 function parseCriteria(type, text) {
   const lines = text.split("\n").map(s => s.trim()).filter(Boolean);
@@ -122,5 +139,6 @@ document.getElementById("submit").onclick = submit;
 addQuestion("noul", "flag", "Should a human look at it?", "");
 addQuestion("choice", "topic", "Which topic?", "world: World news.\nbusiness\nsports");
 addQuestion("score", "risk", "How risky?", "none\nlow\nhigh");
+loadLimits();
 </script></body></html>
 """

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from noulengine.records.schema import MAX_QUESTIONS, canonical_json
+from noulengine.records.schema import canonical_json
 from noulengine.serve.responses import ValidationFailure
 
 QUESTION_TYPES = ("noul", "choice", "score")
@@ -102,13 +102,19 @@ def translate_question(qid: Any, q: Any) -> dict:
     return out
 
 
-def translate_request(body: Any) -> tuple[dict, list]:
+def translate_request(body: Any, max_questions: int | None = None) -> tuple[dict, list]:
     """A Jev request body as ``(canonical request dict, score legends by question id)``.
 
     Unknown top-level fields (and ``model``, checked by the caller) are ignored; ``images`` is passed on.
 
+    Args:
+        body: the parsed JSON body.
+        max_questions: the route's configured cap (``noulengine serve --max-questions``), or None
+            for no cap.
+
     Raises:
-        ValidationFailure: a missing ``state``/``questions`` or a malformed question.
+        ValidationFailure: a missing ``state``/``questions``, more questions than the cap, or a
+            malformed question.
     """
     if not isinstance(body, dict):
         raise ValidationFailure([], f"the body must be a JSON object, got {type(body).__name__}", "model_attributes_type")
@@ -120,8 +126,7 @@ def translate_request(body: Any) -> tuple[dict, list]:
                                 "missing" if qs is None else "dict_type")
     if not qs:
         raise ValidationFailure(["questions"], "questions must not be empty", "too_short")
-    if len(qs) > MAX_QUESTIONS:
-        raise ValidationFailure(["questions"], f"at most {MAX_QUESTIONS} questions per request, got {len(qs)}", "too_long")
+    check_question_count(qs, max_questions, "/v1/systemone")
     questions = {qid: translate_question(qid, q) for qid, q in qs.items()}
     legends = {qid: {str(i): lvl for i, lvl in enumerate(q["criteria"])}
                for qid, q in qs.items() if q.get("type") == "score"}
@@ -129,6 +134,20 @@ def translate_request(body: Any) -> tuple[dict, list]:
     if body.get("images") is not None:  # never dropped: a text-only model refuses them, a VLM reads them
         canonical["images"] = body["images"]
     return canonical, legends
+
+
+def check_question_count(questions: dict, max_questions: int | None, route: str) -> None:
+    """Refuse more questions than a route's configured cap (a service setting, not a record rule).
+
+    Raises:
+        ValidationFailure: 422 ``too_long`` at ``["body", "questions"]``, naming the route, the cap,
+            the count and the flag that sets it.
+    """
+    if max_questions is not None and len(questions) > max_questions:
+        name = route.rsplit("/", 1)[-1]
+        raise ValidationFailure(["questions"], f"at most {max_questions} questions per request on {route} "
+                                               f"(this server's --max-questions {name}={max_questions}), "
+                                               f"got {len(questions)}", "too_long")
 
 
 def choice_confidence(probs: list[float]) -> float:
