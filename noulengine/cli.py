@@ -116,7 +116,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
     if args.questions:
         request = {"state": state, "questions": questions}
         decision = engine.decide_batch([request])[0]
-        print(json.dumps(decision.to_dict(), ensure_ascii=False, indent=2))
+        print(json.dumps(decision.to_dict(), ensure_ascii=False, indent=2, allow_nan=False))
         return 0 if decision.ok else 1
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     n_err = n_ok = 0
@@ -155,7 +155,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
                         row["error"]["file"] = str(args.input)
                 else:
                     n_ok += 1
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                out.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")  # never NaN/Infinity
             out.flush()
             bar.update(len(chunk))
     finally:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from noulengine.compile.layout import QuestionPlan
+from noulengine.records.errors import NonFiniteLogitsError
 
 
 @dataclass
@@ -92,8 +93,19 @@ def make_answer(plan: QuestionPlan, view_logprobs: torch.Tensor, *, temperature:
     Views (rotations) are combined by averaging log-probabilities, which cancels an additive
     position bias; a contextual prior (K,) is subtracted (p / prior, Zhao et al. 2021); then
     ``softmax(logits / T)`` in float64. Temperature never changes the argmax (T > 0).
+
+    Raises:
+        NonFiniteLogitsError: any NaN or infinite candidate log-probability (or contextual prior):
+            a NaN is never an answer, and ``argmax`` of NaNs would silently pick the first label.
+        ValueError: a temperature that is not a finite positive number.
     """
     logp = view_logprobs.double()
+    if not bool(torch.isfinite(logp).all()) or (prior_logprobs is not None
+                                                 and not bool(torch.isfinite(prior_logprobs).all())):
+        bad = int((~torch.isfinite(logp)).sum())
+        raise NonFiniteLogitsError(f"question {plan.field!r}: the model produced non-finite candidate logits "
+                                   f"({bad} of {logp.numel()} values NaN or infinite); no answer is given",
+                                   field=plan.field)
     logits = logp.mean(dim=0)
     if prior_logprobs is not None:
         logits = logits - prior_logprobs.double()

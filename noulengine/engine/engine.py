@@ -26,7 +26,7 @@ from noulengine.engine.batching import collate, plan_batches
 from noulengine.engine.decision import Decision, make_answer
 from noulengine.engine.model_runner import ModelRunner, pick_device, pick_dtype
 from noulengine.engine.readout import batch_candidate_logprobs
-from noulengine.records.errors import NoulEngineError, RecordError, UnsupportedModalityError
+from noulengine.records.errors import NonFiniteLogitsError, NoulEngineError, RecordError, UnsupportedModalityError
 from noulengine.records.schema import Question, Request, request_from_json
 
 CONTENT_FREE_STATES = ("N/A", "", "[MASK]")  # Zhao et al. 2021, "Calibrate Before Use"
@@ -77,7 +77,7 @@ def _error_dict(exc: Exception, record_id=None) -> dict:
         return out
     return {"error_type": type(exc).__name__, "message": str(exc), "record_id": record_id,
             "field": getattr(exc, "field", None),
-            "rule": str(exc), "file": None, "line": None}
+            "rule": getattr(exc, "rule", None) or str(exc), "file": None, "line": None}
 
 
 class Engine:
@@ -213,10 +213,17 @@ class Engine:
             logps, batch_s = results[slot]
             c = compiled[i]
             answers = {}
-            for plan, lp in zip(c.questions, logps):
-                prior = self._priors.get(plan.spec_key) if self.config.debias == "contextual" else None
-                answers[plan.field] = make_answer(plan, lp, temperature=self._temperature(plan), prior_logprobs=prior,
-                                                  debias=self.config.debias)
+            try:
+                for plan, lp in zip(c.questions, logps):
+                    prior = self._priors.get(plan.spec_key) if self.config.debias == "contextual" else None
+                    answers[plan.field] = make_answer(plan, lp, temperature=self._temperature(plan),
+                                                      prior_logprobs=prior, debias=self.config.debias)
+            except NonFiniteLogitsError as exc:  # the whole request is an error row; the others stand
+                if on_error == "raise":
+                    raise
+                decisions[i] = Decision(id=c.request_id, error=_error_dict(exc, c.request_id),
+                                        input_tokens=c.input_tokens)
+                continue
             decisions[i] = Decision(id=c.request_id, answers=answers, input_tokens=c.input_tokens,
                                     latency_s=compile_s[i] + batch_s)
         return decisions  # type: ignore[return-value]

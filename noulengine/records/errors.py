@@ -58,5 +58,20 @@ class OverlengthError(NoulEngineError, ValueError):
     field = "state"  # the request field at fault, for error rows
 
 
+class NonFiniteLogitsError(NoulEngineError, ArithmeticError):
+    """The model produced NaN or infinite candidate logits for a question: never an answer.
+
+    Attributes:
+        field: the question whose candidate logits were non-finite.
+        rule: ``"non-finite logits"``.
+    """
+
+    rule = "non-finite logits"
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
 class TokenizerError(NoulEngineError):
     """The tokenizer cannot represent the readout protocol (a symbol is not one token, ...)."""

@@ -38,6 +38,7 @@ ENGINE_ERRORS = {
     "OverlengthError": (413, "request_too_long"),
     "UnsupportedModalityError": (400, "unsupported_modality"),
     "TokenizerError": (400, "unsupported_request"),
+    "NonFiniteLogitsError": (500, "non_finite_logits"),  # the model's fault, not the client's
 }
 
 
