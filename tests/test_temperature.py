@@ -54,13 +54,23 @@ def test_not_converged_is_reported():
     assert any("did not converge" in w for w in fit.warnings)
 
 
-def test_non_finite_loss_is_reported_and_t_stays_in_bounds():
+def test_non_finite_loss_is_an_error_not_a_temperature():
+    from noulengine.calibrate.temperature import NonFiniteFitError
+
     huge = [torch.tensor([1e308, 0.0], dtype=torch.float64)] * 2  # overflows once divided by T < 1
-    fit = fit_temperature(huge, [0, 1], init=0.05)
-    assert not fit.converged
-    assert any("non-finite" in w for w in fit.warnings)
-    assert 0.05 <= fit.temperature <= 20.0 and math.isfinite(fit.temperature)
-    assert fit.to_dict()["nll_after"] is None
+    with pytest.raises(NonFiniteFitError, match="non-finite loss or gradient"):
+        fit_temperature(huge, [0, 1], init=0.05)
+
+
+def test_fit_grouped_names_the_group_of_a_non_finite_fit_and_the_row_of_a_non_finite_logit():
+    from noulengine.calibrate.temperature import NonFiniteFitError, fit_grouped
+
+    rows = [(torch.tensor([1e308, -1e308], dtype=torch.float64), 1)] * 3 + [(torch.tensor([2.0, 0.0]), 0)]
+    with pytest.raises(NonFiniteFitError, match=r"group '(choice\+2|choice|global)' \(4 rows\)"):
+        fit_grouped(rows, ["choice+2"] * 4, min_rows=1)
+    bad = [(torch.tensor([1.0, 0.0]), 0), (torch.tensor([float("nan"), 0.0]), 1)]
+    with pytest.raises(ValueError, match=r"group 'noul\+2': row 1 has non-finite logits"):
+        fit_grouped(bad, ["choice+2", "noul+2"], min_rows=1)
 
 
 def variable_k_data(seed=0, n=60):

@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from noulengine.calibrate.report import plot_before_after, summary_text
     from noulengine.calibrate.run import run_calibration
+    from noulengine.calibrate.temperature import NonFiniteFitError
     from noulengine.calibrate.validation import ValidationFileError, limit_per_role, load_validation
     from noulengine.cli import engine_from_args
 
@@ -63,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run = run_calibration(engine, vset, group_by=args.group, min_rows=args.min_rows,
                               limit_per_role_n=args.limit_per_role, progress=bar.update)
+    except NonFiniteFitError as exc:  # never write a temperature from a non-finite fit
+        print(f"error: {exc}; nothing written", file=sys.stderr)
+        return 2
     finally:
         bar.close()
     out = Path(args.output)

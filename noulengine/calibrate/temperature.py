@@ -169,6 +169,8 @@ def fit_temperature(
         A :class:`TemperatureFit`; see its attributes for the convergence and bound reports.
 
     Raises:
+        NonFiniteFitError: the loss or its gradient was non-finite at any evaluation (logits that
+            overflow once divided by ``T``): no temperature from such a fit is trustworthy.
         ValueError: empty or malformed logits, non-finite logits, labels out of range, bad options.
     """
     _check_options(init, bounds, max_iter, tol)
@@ -193,6 +195,8 @@ def fit_temperature(
         elif not best or value < best[0]:
             best[:] = [value, float(u.detach())]
         loss.backward()
+        if u.grad is not None and not math.isfinite(float(u.grad)):
+            saw_nonfinite = True
         return loss
 
     with torch.no_grad():
@@ -215,10 +219,12 @@ def fit_temperature(
     hit_bound = at_lo or at_hi
 
     finite = math.isfinite(nll_after) and math.isfinite(grad)
+    if saw_nonfinite or not finite:
+        raise NonFiniteFitError(f"non-finite loss or gradient during the temperature fit of {int(y.shape[0])} rows "
+                                f"(logits that overflow once divided by T, max |logit| "
+                                f"{float(z.masked_fill(~mask, 0).abs().max()):.3g}); no temperature is given")
     stationary = abs(grad) <= GRAD_TOL or (at_lo and grad > 0) or (at_hi and grad < 0)
     converged = finite and stationary
-    if saw_nonfinite or not finite:
-        warnings.append("non-finite loss during the fit (overflowing logits?); the result is not trustworthy")
     if hit_bound and finite:
         side, value = ("lower", bounds[0]) if at_lo else ("upper", bounds[1])
         warnings.append(f"temperature hit the {side} bound {value}; the unconstrained optimum lies beyond it")
@@ -229,6 +235,10 @@ def fit_temperature(
     return TemperatureFit(temperature=temperature, log_temperature=log_t, nll_before=nll_before,
                           nll_after=nll_after, converged=converged, hit_bound=hit_bound,
                           iterations=iterations, n=int(y.shape[0]), gradient=grad, warnings=warnings)
+
+
+class NonFiniteFitError(ValueError):
+    """A temperature fit met a non-finite loss or gradient (see :func:`fit_temperature`)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,8 +362,11 @@ def fit_grouped(
         ``{group: GroupFit}`` for every leaf and ancestor group, ``"global"`` included.
 
     Raises:
+        NonFiniteFitError: a group's fit met a non-finite loss or gradient (the message names the
+            group and its row count).
         ValueError: no items, ``len(items) != len(group_keys)``, ``min_rows < 1``, a looping parent
-            chain, or anything :func:`fit_temperature` rejects.
+            chain, a non-finite logit (naming its group and row), or anything
+            :func:`fit_temperature` rejects.
     """
     if len(items) == 0:
         raise ValueError("items must hold at least one (logits, label) pair")
@@ -361,6 +374,9 @@ def fit_grouped(
         raise ValueError(f"group_keys must have one key per item: {len(group_keys)} keys for {len(items)} items")
     if min_rows < 1:
         raise ValueError(f"min_rows must be at least 1, got {min_rows}")
+    for i, ((z, _), key) in enumerate(zip(items, group_keys)):
+        if not bool(torch.isfinite(torch.as_tensor(z, dtype=torch.float64)).all()):
+            raise ValueError(f"group {key!r}: row {i} has non-finite logits {torch.as_tensor(z).tolist()}")
     parent_of = _parent_fn(parent)
     chains = {key: _chain(key, parent_of) for key in dict.fromkeys(group_keys)}
     members: dict[str, list[int]] = {}
@@ -371,7 +387,10 @@ def fit_grouped(
     own: dict[str, TemperatureFit] = {}
     for g, rows in members.items():
         if len(rows) >= min_rows or g == GLOBAL:
-            fit = fit_temperature([items[i][0] for i in rows], [int(items[i][1]) for i in rows], **fit_kwargs)
+            try:
+                fit = fit_temperature([items[i][0] for i in rows], [int(items[i][1]) for i in rows], **fit_kwargs)
+            except NonFiniteFitError as exc:
+                raise NonFiniteFitError(f"group {g!r} ({len(rows)} rows): {exc}") from None
             if len(rows) < min_rows:
                 fit.warnings.append(f"global group has only {len(rows)} rows (< min_rows={min_rows})")
             own[g] = fit
