@@ -502,7 +502,9 @@ def parse_args(argv):
     p.add_argument("--attn", choices=("sdpa", "flex"), default="sdpa", help="engine attention (flex: CUDA only)")
     p.add_argument("--reps", type=int, default=None, help="timed repetitions per variant (default 1 quick, 2 full)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--output", default="bench.json", help="JSON result path (a .md table is written beside it)")
+    p.add_argument("--output", default="bench-results/bench.json",
+                   help="JSON result path, a .md table is written beside it (default bench-results/bench.json, "
+                        "git-ignored)")
     p.add_argument("--tolerance", type=float, default=None,
                    help="max allowed probability difference (default 1e-4 float32, 2e-2 otherwise)")
     return p.parse_args(argv)

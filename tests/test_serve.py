@@ -438,3 +438,26 @@ def test_lone_surrogates_are_422_naming_the_field(client):
     for path in ("/v1/decide", "/v1/systemone"):
         r = client.post(path, content=body, headers={"content-type": "application/json"})
         assert r.status_code == 422 and strict_json(r)["detail"][0]["loc"] == ["body", "state"], r.text
+
+
+def test_image_one_byte_over_the_limit_is_413_with_both_sizes(engine, monkeypatch):
+    from noulengine.records.images import MAX_IMAGE_BYTES
+
+    monkeypatch.setattr(engine.runner, "supports_images", True, raising=False)
+    blob = b"\x89PNG" + b"\0" * (MAX_IMAGE_BYTES + 1 - 4)  # size is checked before Pillow sees the bytes
+    image = {"type": "image/png", "data": base64.b64encode(blob).decode()}
+    with make_client(engine) as c:
+        r = c.post("/v1/decide", json=three_question_request(images=[image]))
+    assert r.status_code == 413, r.text[:300]
+    detail = r.json()["detail"]
+    assert detail["error_type"] == "payload_too_large"
+    assert str(MAX_IMAGE_BYTES) in detail["message"] and str(MAX_IMAGE_BYTES + 1) in detail["message"]
+
+
+def test_jev_public_model_names_are_aliases(client):
+    assert client.get("/v1/models").json()["models"][0]["x_aliases"] == ["jev-latest", "noul"]
+    for name in ("noul", "jev-latest", "tiny"):
+        r = client.post("/v1/systemone", json={"model": name, "state": "x", "questions": JEV_Q})
+        assert r.status_code == 200 and r.json()["model"] == "tiny", (name, r.text[:200])
+    r = client.post("/v1/systemone", json={"model": "noul-2", "state": "x", "questions": JEV_Q})
+    assert r.status_code == 404 and "'jev-latest', 'noul', 'tiny'" in r.json()["detail"]["message"]

@@ -46,6 +46,22 @@ class RecordError(NoulEngineError, ValueError):
                 "line": self.line}
 
 
+class SizeLimitError(RecordError):
+    """A record field is larger than a size limit (an image's bytes, the images' total).
+
+    A :class:`RecordError` (files and error rows treat it as any rule break); the HTTP service
+    answers it with 413, like an over-limit body, because it is a size, not a shape, problem.
+
+    Attributes:
+        limit: the limit in bytes.
+        actual: the offending size in bytes.
+    """
+
+    def __init__(self, rule: str, *, limit: int, actual: int, **where):
+        self.limit, self.actual = int(limit), int(actual)
+        super().__init__(rule, **where)
+
+
 class UnsupportedModalityError(NoulEngineError, ValueError):
     """The request carries images but the loaded model is text-only."""
 

@@ -12,7 +12,7 @@ import binascii
 import io
 import re
 
-from noulengine.records.errors import RecordError
+from noulengine.records.errors import RecordError, SizeLimitError
 
 MAX_IMAGES = 8
 MAX_IMAGE_BYTES = 12 * 1024 * 1024
@@ -64,11 +64,15 @@ def decode_image(raw, *, record_id=None, field="images[0]"):
     if mime not in ALLOWED_MIME:
         raise RecordError(f"unsupported image type {mime!r}; expected one of {list(ALLOWED_MIME)}",
                           record_id=record_id, field=f"{field}.type")
-    if len(data) > (MAX_IMAGE_BYTES * 4) // 3 + 8:
-        raise RecordError(f"image larger than {MAX_IMAGE_BYTES} bytes", record_id=record_id, field=field)
+    if len(data) > (MAX_IMAGE_BYTES * 4) // 3 + 8:  # refuse before decoding a huge string
+        about = len(data) * 3 // 4
+        raise SizeLimitError(f"image is about {about} bytes ({len(data)} base64 characters); the limit is "
+                             f"{MAX_IMAGE_BYTES} bytes", limit=MAX_IMAGE_BYTES, actual=about,
+                             record_id=record_id, field=field)
     blob = strict_b64decode(data, record_id=record_id, field=f"{field}.data")
     if len(blob) > MAX_IMAGE_BYTES:
-        raise RecordError(f"decoded image is {len(blob)} bytes; the limit is {MAX_IMAGE_BYTES}", record_id=record_id, field=field)
+        raise SizeLimitError(f"decoded image is {len(blob)} bytes; the limit is {MAX_IMAGE_BYTES} bytes",
+                             limit=MAX_IMAGE_BYTES, actual=len(blob), record_id=record_id, field=field)
     _check_with_pillow(blob, mime, record_id, field)
     return Image(mime_type=mime, data=blob)
 
@@ -100,4 +104,5 @@ def check_image_list(images, *, record_id=None) -> None:
         raise RecordError(f"at most {MAX_IMAGES} images per request, got {len(images)}", record_id=record_id, field="images")
     total = sum(len(im.data) for im in images)
     if total > MAX_TOTAL_IMAGE_BYTES:
-        raise RecordError(f"images total {total} bytes; the limit is {MAX_TOTAL_IMAGE_BYTES}", record_id=record_id, field="images")
+        raise SizeLimitError(f"images total {total} bytes; the limit is {MAX_TOTAL_IMAGE_BYTES} bytes",
+                             limit=MAX_TOTAL_IMAGE_BYTES, actual=total, record_id=record_id, field="images")

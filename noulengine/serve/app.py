@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import HTMLResponse, PlainTextResponse
 
-from noulengine.records.errors import RecordError
+from noulengine.records.errors import RecordError, SizeLimitError
 from noulengine.records.images import check_image_list
 from noulengine.records.loader import _no_duplicate_keys
 from noulengine.records.schema import request_from_json
@@ -166,6 +166,8 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
 
         try:
             return await run_in_threadpool(parse)
+        except SizeLimitError as exc:  # a size problem: 413 like an over-limit body, with both sizes
+            raise ApiError(413, "payload_too_large", str(exc)) from None
         except RecordError as exc:
             raise record_error_failure(exc, _question_ids(body)) from None
 

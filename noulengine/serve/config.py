@@ -31,7 +31,9 @@ class ServeConfig:
         max_body_bytes: request bodies larger than this get 413.
         body_timeout_s: a request body not fully received within this many seconds gets 408.
         request_timeout_s: a request not answered within this many seconds gets 503.
-        aliases: model names accepted besides ``model_name`` (the Jev SDKs' default alias).
+        aliases: model names accepted besides ``model_name``: Jev's public model names, so Jev-protocol
+            harnesses and SDKs address this server without configuration (``jev-latest``, the SDKs'
+            default, and ``noul``, what the ``jevbench`` harness sends); listed as ``x_aliases``.
         max_questions: questions per request accepted by each route (``"decide"``,
             ``"systemone"``); a route missing from the mapping, or mapped to None, has no cap.
             More get 422 ``too_long`` naming the cap.
@@ -46,7 +48,7 @@ class ServeConfig:
     max_body_bytes: int = 48 * 1024 * 1024
     body_timeout_s: float = 30.0
     request_timeout_s: float = 300.0
-    aliases: tuple[str, ...] = ("jev-latest",)
+    aliases: tuple[str, ...] = ("jev-latest", "noul")
     release_date: str = "unknown"
     description: str = "noulengine decision model"
     max_questions: dict = field(default_factory=lambda: dict(DEFAULT_MAX_QUESTIONS))
