@@ -19,20 +19,99 @@ def _engine_config_cls():
     return EngineConfig
 
 
+def _engine_choices() -> dict[str, tuple[str, ...]]:
+    """Valid values of the enumerated engine flags, checked by argparse before any model loads."""
+    from noulengine.compile.compiler import DEBIAS_MODES
+    from noulengine.compile.layout import READOUT_MODES
+    from noulengine.engine.model_runner import DTYPE_NAMES
+
+    return {"readout": ("auto",) + READOUT_MODES, "debias": DEBIAS_MODES, "dtype": ("auto",) + DTYPE_NAMES,
+            "attn_implementation": ("sdpa", "eager")}
+
+
+def _tri_state(value: str) -> bool | None:
+    table = {"true": True, "false": False, "auto": None}
+    if value.lower() not in table:
+        raise argparse.ArgumentTypeError(f"invalid value {value!r} (choose from true, false, auto)")
+    return table[value.lower()]
+
+
+def device_arg(value: str) -> str:
+    """``cpu``, ``cuda``, ``cuda:N`` or ``mps``: checked when the flag is parsed, before any model loads.
+
+    Raises:
+        argparse.ArgumentTypeError: any other value, or a CUDA device on a machine without CUDA.
+    """
+    import torch
+
+    try:
+        dev = torch.device(value)
+    except (RuntimeError, ValueError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda", "mps"):
+        raise argparse.ArgumentTypeError(f"invalid device {value!r} (choose from cpu, cuda, cuda:N, mps)")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"device {value!r}: CUDA is not available on this machine (torch "
+                                         f"{torch.__version__}); use cpu")
+    return value
+
+
+# Help text of the engine flags, written for a command line (the EngineConfig docstring is
+# written for Python: None, ``markup``). A field missing here falls back to its docstring line.
+ENGINE_FLAG_HELP = {
+    "model": "the model: omitted = the embedded default decision model; SmolLM2-135M-Instruct (or base) = its "
+             "untrained base; a local directory (a noulengine train output too) or a .gguf file",
+    "device": "cpu, cuda, cuda:N or mps (default: CUDA when available, else CPU)",
+    "dtype": "compute dtype; auto = bfloat16 on CUDA, float32 on CPU",
+    "readout": "how candidates are read: symbols (A, B, ... and 0, 1, ...), label-token, label-sequence; auto = "
+               "a trained model's own readout, else label-token where every label is one token, else label-sequence",
+    "debias": "none; permute (average over rotations of the options); contextual (divide by a content-free prior)",
+    "batch_tokens": "padded tokens per forward pass (rows x width)",
+    "max_batch_size": "requests per forward pass at most",
+    "max_positions": "context window in tokens (default: the model's max_position_embeddings)",
+    "calibration": "a calibration JSON (temperatures); default: the one a trained model ships with when fitted "
+                   "for the same readout and debias; 'none' applies no temperature",
+    "use_chat_template": "wrap prompts in the model's chat template; auto = when the model has one",
+    "symbols_fallback": "with --readout symbols, read questions with more options than symbols by label-sequence; "
+                        "auto = only for a trained model read with its own readout",
+    "attn_implementation": "attention kernel",
+}
+
+
+def _plain_help(text: str) -> str:
+    """A docstring line as help text: no reST markup (``x`` -> x)."""
+    return text.replace("``", "")
+
+
 def add_engine_args(parser: argparse.ArgumentParser, *, skip: tuple[str, ...] = ()) -> None:
-    """Add one ``--flag`` per :class:`EngineConfig` field (``batch_tokens`` -> ``--batch-tokens``)."""
+    """Add one ``--flag`` per :class:`EngineConfig` field (``batch_tokens`` -> ``--batch-tokens``).
+
+    Enumerated fields get argparse ``choices`` (a typo such as ``--debias permutte`` exits 2 with the
+    valid values before anything loads); ``--device`` is checked by :func:`device_arg`.
+    """
     cls = _engine_config_cls()
     doc = cls.__doc__ or ""
+    choices = _engine_choices()
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         flag = "--" + f.name.replace("_", "-")
         default = f.default
         kind = {int: int, "int": int, "int | None": int}.get(f.type, None)
-        help_line = next((line.strip() for line in doc.splitlines() if line.strip().startswith(f.name + ":")), "")
+        help_line = ENGINE_FLAG_HELP.get(f.name) or _plain_help(next(
+            (line.strip()[len(f.name) + 1:].strip() for line in doc.splitlines() if line.strip().startswith(f.name + ":")),
+            ""))
+        if default is not None and f.name not in choices:
+            help_line += f" (default {default})"
         if f.type in ("bool | None", bool):
-            parser.add_argument(flag, type=lambda s: {"true": True, "false": False, "auto": None}[s.lower()],
-                                default=default, help=help_line + " (true/false/auto)")
+            parser.add_argument(flag, type=_tri_state, default=default, metavar="{true,false,auto}",
+                                help=f"{help_line} (default auto)" if default is None else help_line)
+        elif f.name in choices:
+            shown = default if default is not None else "auto"
+            parser.add_argument(flag, choices=choices[f.name], default=default,
+                                help=f"{help_line} (default {shown})")
+        elif f.name == "device":
+            parser.add_argument(flag, type=device_arg, default=default, help=help_line)
         else:
             parser.add_argument(flag, type=kind or str, default=default, help=help_line)
 

@@ -194,3 +194,32 @@ def test_python_dash_m_noulengine_is_the_console_script():
 
     proc = subprocess.run([sys.executable, "-m", "noulengine", "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "decide" in proc.stdout and "serve" in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["decide", "eval", "calibrate", "serve"])
+@pytest.mark.parametrize("flag,value,words", [
+    ("--debias", "permutte", "invalid choice: 'permutte' (choose from 'none', 'permute', 'contextual')"),
+    ("--readout", "symbolz", "invalid choice: 'symbolz' (choose from 'auto', 'symbols'"),
+    ("--dtype", "float33", "invalid choice: 'float33' (choose from 'auto', 'float32'"),
+    ("--device", "gpu", "invalid device 'gpu' (choose from cpu, cuda, cuda:N, mps)"),
+    ("--use-chat-template", "maybe", "invalid value 'maybe' (choose from true, false, auto)"),
+])
+def test_engine_flags_are_validated_before_anything_loads(command, flag, value, words, monkeypatch, capsys):
+    from noulengine import cli
+
+    monkeypatch.setattr(cli, "engine_from_args", lambda args: pytest.fail("the model must not load"))
+    with pytest.raises(SystemExit) as info:
+        cli.main([command, flag, value])
+    assert info.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_engine_flag_help_has_no_docstring_markup_and_shows_defaults():
+    import argparse
+
+    from noulengine.cli import add_engine_args
+
+    p = argparse.ArgumentParser()
+    add_engine_args(p)
+    text = " ".join(p.format_help().split())
+    assert "``" not in text and "None" not in text
+    assert "(default 8192)" in text and "(default auto)" in text and "(default none)" in text

@@ -26,17 +26,24 @@ def pick_device(device: str | torch.device | None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+DTYPE_NAMES = tuple(DTYPES)
+
+
 def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
-    """``dtype`` if given, else bfloat16 on CUDA and float32 on CPU."""
+    """``dtype`` if given, else bfloat16 on CUDA and float32 on CPU.
+
+    Raises:
+        ValueError: a name not in :data:`DTYPES` (nor ``"auto"``).
+    """
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype is None or dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
-    if dtype not in table:
-        raise ValueError(f"dtype must be one of {sorted(table)}, got {dtype!r}")
-    return table[dtype]
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)} or 'auto', got {dtype!r}")
+    return DTYPES[dtype]
 
 
 @dataclass

@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="noulengine serve", description="Serve decisions over HTTP (FastAPI + uvicorn).")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     p.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key clients must send")
     p.add_argument("--insecure", action="store_true", help="allow a non-loopback --host without an API key")
     p.add_argument("--max-batch-tokens", type=int, default=8192,
