@@ -115,3 +115,27 @@ def test_no_plots_scores_without_drawing(tiny_llama, tiny_tokenizer, tmp_path):
     results = run_eval(engine, EvalConfig(tasks=["agnews"], limit=2, output=str(tmp_path), progress=False, plots=False))
     assert results[0].metrics["reliability"] is None and results[0].metrics["counts"]["scored"] == 2
     assert not list(tmp_path.glob("*.png"))
+
+
+def test_resumed_eval_keeps_the_first_runs_timing_and_the_report_reads_right(tiny_llama, tiny_tokenizer, tmp_path,
+                                                                              monkeypatch, capsys):
+    from noulengine import cli
+    from noulengine.eval.__main__ import main
+
+    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(tiny_llama, tiny_tokenizer))
+    argv = ["--tasks", "agnews,jevbench_easy", "--limit", "4", "--output", str(tmp_path), "--no-progress", "--no-plots"]
+    assert main(argv) == 0
+    first = json.loads((tmp_path / "run.json").read_text())["invocations"]
+    assert len(first) == 1 and first[0]["throughput"]["requests"] == 8
+    assert main(argv) == 0  # everything already predicted: resumed, nothing new to run
+    assert f"wrote {tmp_path}/" in capsys.readouterr().out
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert [i["throughput"]["requests"] for i in run["invocations"]] == [8, 0]
+    assert run["invocations"][0] == first[0] and run["totals"]["requests"] == 8
+    report = (tmp_path / "report.md").read_text()
+    assert "8 requests run in" in report and "no new requests" in report
+    assert "| chance | majority |" in report and "## Glossary" in report and "x_mass" in report
+    assert "{'" not in report and "`None`" not in report and "Rows: the first 4 rows of each suite" in report
+    assert "| 0 | world |" in report  # AG News slots are named by their labels
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["agnews"]["metrics"]["baselines"]["chance"] == 0.25

@@ -124,3 +124,25 @@ def test_update_argument_checks_and_reset():
     assert conf.tolist() == [0.8] and ok.tolist() == [1.0]
     s.reset()
     assert s.compute()["counts"]["decisions"] == 0
+
+
+def test_baselines_by_hand():
+    # pick: gold a, b, a (3 options); level: gold 2, 0 (3 levels); ok: gold yes (2 options)
+    base = score(pairs())["baselines"]
+    assert base["chance"] == pytest.approx((5 * (1 / 3) + 1 / 2) / 6)
+    assert base["majority"] == pytest.approx((2 + 1 + 1) / 6)  # pick: a twice; level: one of each; ok: yes
+    # gold slots over all six: a=0, 2, yes=1, b=1, a=0, 0 -> slot 0 three times
+    assert base["majority_slot"] == pytest.approx(3 / 6)
+
+
+def test_at_or_below_the_majority_answer_is_a_plain_warning():
+    q = {"t": {"type": "choice", "instructions": "t", "criteria": {"harmful": None, "benign": None}}}
+    pairs9 = [(rec(f"r{i}", q, {"t": {"label": "harmful" if i < 9 else "benign"}}),
+               {"answers": {"t": answer(["harmful", "benign"], [0.4, 0.6] if i < 5 else [0.6, 0.4])}, "error": None})
+              for i in range(10)]
+    rep = score(pairs9)  # 4 of the 9 harmful right, the benign one wrong: 40% vs majority 90%
+    assert rep["accuracy"] == pytest.approx(0.4) and rep["baselines"]["majority"] == pytest.approx(0.9)
+    assert rep["warnings"] and "90.0%" in rep["warnings"][-1] and "most frequent gold option" in rep["warnings"][-1]
+    right = [(rec("h", q, {"t": {"label": "harmful"}}), {"answers": {"t": answer(["harmful", "benign"], [0.9, 0.1])}}),
+             (rec("b", q, {"t": {"label": "benign"}}), {"answers": {"t": answer(["harmful", "benign"], [0.2, 0.8])}})]
+    assert not score(right)["warnings"]  # 2 of 2 right, above chance (50%) and majority (50%)

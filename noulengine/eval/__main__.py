@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 import time
@@ -39,7 +40,8 @@ def _run_key(args, engine) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     from noulengine.cli import engine_from_args
-    from noulengine.eval.report import git_revision, library_versions, write_outputs
+    from noulengine.eval.report import (git_revision, invocation_totals, library_versions, previous_invocations,
+                                        throughput, write_outputs)
     from noulengine.eval.runner import EvalConfig, run_eval
     from noulengine.eval.suites import expand_tasks
     from noulengine.eval.suites.errors import SuiteError
@@ -75,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = EvalConfig(suite=args.suite, tasks=tasks, limit=args.limit, sample=args.sample, seed=args.seed,
                      output=str(out), chunk=args.chunk, source=args.source, progress=not args.no_progress,
                      plots=not args.no_plots)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    previous = previous_invocations(out / "run.json")
     t0 = time.perf_counter()
     try:
         results = run_eval(engine, cfg)
@@ -88,8 +92,12 @@ def main(argv: list[str] | None = None) -> int:
             "selection": {"limit": args.limit, "sample": args.sample, "seed": args.seed},
             "model_load_s": load_s, "wall_s": time.perf_counter() - t0,
             "command": "python -m noulengine.eval " + " ".join(argv if argv is not None else sys.argv[1:])}
+    meta["invocations"] = previous + [{"started": started, "git_revision": revision, "wall_s": meta["wall_s"],
+                                       "model_load_s": load_s, "throughput": throughput(results)}]
+    meta["totals"] = invocation_totals(meta["invocations"])
     metrics = write_outputs(results, out, meta)
     print((out / "report.md").read_text())
+    print(f"wrote {out}/ (report.md, metrics.json, run.json, predictions.jsonl)")
     failed = [n for n, m in metrics.items() if m["status"] not in ("ready", "preparable", "unavailable")]
     return 1 if failed else 0
 

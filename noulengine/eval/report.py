@@ -49,6 +49,58 @@ def throughput(results) -> dict:
             "note": "throughput covers the rows run in this invocation (resumed rows are excluded)"}
 
 
+GLOSSARY = [
+    "**accuracy**: share of decisions (one question of one row) whose highest-probability label is the gold "
+    "label; error rows count as wrong.",
+    "**chance**: the accuracy of a uniform guess (mean 1/K). **majority**: always answering each question's most "
+    "frequent gold option (the majority-class rate); both are read off the scored gold labels.",
+    "**NLL**: mean negative log-probability of the gold label (floor 1e-12); lower is better, ln K is a uniform "
+    "guess.",
+    "**Brier**: mean over decisions of the sum over candidates of (p - gold)^2; 0 is perfect, 2 the worst.",
+    "**ECE**: expected calibration error, 15 equal-width bins of the top probability; how far confidence is from "
+    "accuracy.",
+    "**TVD**: total variation distance from a gold probability distribution (where the suite has one).",
+    "**x_mass**: the probability the model's next-token distribution puts on the candidates before they are "
+    "renormalised; near 1 the model answers in the protocol, near 0 the answer rests on tiny numbers.",
+    "**slot**: a candidate's position in criteria order (0 = first option); a model that predicts one slot far "
+    "more often than gold has it is biased by position.",
+]
+
+
+def _selection_text(selection: dict | None) -> str:
+    sel = selection or {}
+    if sel.get("sample") is not None:
+        return f"a fixed-seed sample of {sel['sample']} rows per suite (seed {sel.get('seed', 0)})"
+    if sel.get("limit") is not None:
+        return f"the first {sel['limit']} rows of each suite"
+    return "every row"
+
+
+def previous_invocations(run_json: Path) -> list[dict]:
+    """The invocations recorded by earlier runs into the same folder (resumed runs keep them).
+
+    A ``run.json`` written before invocations were recorded yields its single ``throughput``.
+    """
+    try:
+        old = json.loads(Path(run_json).read_text())
+    except (OSError, ValueError):
+        return []
+    if isinstance(old.get("invocations"), list):
+        return old["invocations"]
+    if isinstance(old.get("throughput"), dict):
+        return [{"started": None, "git_revision": old.get("git_revision"), "wall_s": old.get("wall_s"),
+                 "model_load_s": old.get("model_load_s"), "throughput": old["throughput"]}]
+    return []
+
+
+def invocation_totals(invocations: list[dict]) -> dict:
+    """Requests and inference seconds summed over every invocation that wrote into a run folder."""
+    req = sum(i["throughput"].get("requests") or 0 for i in invocations)
+    sec = sum(i["throughput"].get("inference_seconds") or 0.0 for i in invocations)
+    return {"invocations": len(invocations), "requests": req, "inference_seconds": sec,
+            "requests_per_s": req / sec if req and sec else None}
+
+
 def _fmt(x, pct=False):
     if x is None:
         return "n/a"
@@ -63,24 +115,34 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
     meta = {**meta, "throughput": throughput(results)}
     (out_dir / "run.json").write_text(json.dumps(meta, indent=2, allow_nan=False, default=str) + "\n")
+    eng = meta.get("engine") or {}
+    model = eng.get("model") or {}
+    sha = model.get("sha256") or ""
     lines = [f"# Evaluation report: {meta.get('suite')}", "",
-             f"Model: `{(meta.get('engine') or {}).get('model', {}) and meta['engine']['model'].get('name')}` "
-             f"(sha256 `{((meta.get('engine') or {}).get('model') or {}).get('sha256', '')[:16]}…`), "
-             f"device {meta['engine'].get('device')}, dtype {meta['engine'].get('dtype')}, readout "
-             f"`{meta['engine'].get('readout')}`, debias `{meta['engine'].get('debias')}`, calibration "
-             f"`{meta['engine'].get('calibration')}`. Rows: {meta.get('selection')}. Git `{meta.get('git_revision')}`.",
-             "", "| suite | status | rows | decisions | coverage | accuracy | NLL | Brier | ECE | ordinal MAE | TVD | flip rate |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             f"Model `{model.get('name') or 'unknown'}`" + (f" (sha256 `{sha[:16]}…`)" if sha else "") +
+             f"; device {eng.get('device')}, dtype {eng.get('dtype')}; readout `{eng.get('readout')}`, debias "
+             f"`{eng.get('debias')}`, calibration " + (f"`{eng['calibration']}`" if eng.get("calibration") else "none") +
+             f". Rows: {_selection_text(meta.get('selection'))}. Code: git `{meta.get('git_revision') or 'unknown'}`.",
+             "", "| suite | status | rows | decisions | coverage | accuracy | chance | majority | NLL | Brier | ECE | "
+                 "ordinal MAE | TVD | flip rate | median x_mass |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    warnings = []
     for r in results:
         m = r.metrics
         if not m:
-            lines.append(f"| {r.name} | {r.status} | – | – | – | – | – | – | – | – | – | – |")
+            lines.append(f"| {r.name} | {r.status} |" + " – |" * 13)
             continue
         c = m["counts"]
+        base = m.get("baselines") or {}
+        tvd = m["distribution"]["tvd"]
         lines.append(f"| {r.name} | {r.status} | {r.rows} | {c['decisions']} | {_fmt(c['coverage'], True)} | "
-                     f"{_fmt(m['accuracy'], True)} | {_fmt(m['nll'])} | {_fmt(m['brier'])} | {_fmt(m['ece'])} | "
-                     f"{_fmt(m['ordinal']['mae'])} | {_fmt(m['distribution']['tvd']) if m['distribution']['tvd'] is not None else 'unavailable'} | "
-                     f"{_fmt(m.get('flip_rate'))} |")
+                     f"{_fmt(m['accuracy'], True)} | {_fmt(base.get('chance'), True)} | "
+                     f"{_fmt(base.get('majority'), True)} | {_fmt(m['nll'])} | {_fmt(m['brier'])} | {_fmt(m['ece'])} | "
+                     f"{_fmt(m['ordinal']['mae'])} | {_fmt(tvd) if tvd is not None else 'unavailable'} | "
+                     f"{_fmt(m.get('flip_rate'))} | {_mass((m.get('x_mass') or {}).get('median'))} |")
+        warnings += [f"- **{r.name}**: {w}" for w in m.get("warnings") or []]
+    if warnings:
+        lines += ["", "## Warnings", "", *warnings]
     for r in results:
         lines += ["", f"## {r.name}", "", f"Status: {r.status}. Licence: {r.licence.rstrip('.')}."]
         if r.status != "ready" and r.reason:
@@ -101,14 +163,29 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
                              f"{_fmt(s['ece'])} |")
         slots = m.get("slots") or []
         if slots:
-            lines += ["", "| slot | predicted share | gold share | flag |", "|---:|---:|---:|---|"]
-            lines += [f"| {s['slot']} | {_fmt(s['predicted_share'], True)} | {_fmt(s['gold_share'], True)} | "
-                      f"{', '.join(s['flags']) or ''} |" for s in slots]
-    t = meta["throughput"]
-    lines += ["", "## Throughput", "",
-              f"{t['requests']} requests run in {t['inference_seconds']:.1f} s: "
-              f"{_fmt(t['requests_per_s'])} requests/s, {_fmt(t['decisions_per_s'])} decisions/s, "
-              f"{_fmt(t['tokens_per_s'])} tokens/s; latency p50 {_fmt(t['latency_p50_s'])} s, "
-              f"p95 {_fmt(t['latency_p95_s'])} s."]
+            names = r.slot_labels or {}
+            lines += ["", "| slot | label | predicted share | gold share | flag |", "|---:|---|---:|---:|---|"]
+            lines += [f"| {s['slot']} | {names.get(s['slot'], '(varies by row)')} | {_fmt(s['predicted_share'], True)} | "
+                      f"{_fmt(s['gold_share'], True)} | {', '.join(s['flags']) or ''} |" for s in slots]
+    lines += ["", "## Throughput", ""]
+    for inv in meta.get("invocations") or [{"throughput": meta["throughput"]}]:
+        t = inv["throughput"]
+        when = f"{inv['started']} (git `{inv.get('git_revision') or 'unknown'}`): " if inv.get("started") else ""
+        if not t["requests"]:
+            lines.append(f"- {when}no new requests (every row was already predicted; resumed).")
+            continue
+        lines.append(f"- {when}{t['requests']} requests run in {t['inference_seconds']:.1f} s: "
+                     f"{_fmt(t['requests_per_s'])} requests/s, {_fmt(t['decisions_per_s'])} decisions/s, "
+                     f"{_fmt(t['tokens_per_s'])} tokens/s; latency p50 {_fmt(t['latency_p50_s'])} s, "
+                     f"p95 {_fmt(t['latency_p95_s'])} s.")
+    tot = meta.get("totals")
+    if tot and tot["invocations"] > 1:
+        lines.append(f"- all {tot['invocations']} invocations: {tot['requests']} requests in "
+                     f"{tot['inference_seconds']:.1f} s of inference.")
+    lines += ["", "## Glossary", "", *[f"- {g}" for g in GLOSSARY]]
     (out_dir / "report.md").write_text("\n".join(lines) + "\n")
     return metrics
+
+
+def _mass(x) -> str:
+    return "n/a" if x is None else f"{x:.3g}"

@@ -61,6 +61,7 @@ class TaskResult:
     new_decisions: int = 0  # target fields of the rows run in this invocation
     input_tokens: int = 0  # of the rows run in this invocation
     latencies: list[float] = field(default_factory=list)
+    slot_labels: dict[int, str] = field(default_factory=dict)  # slot -> label, where every question agrees
 
 
 def read_predictions(path: Path) -> dict[tuple[str, int], dict]:
@@ -158,8 +159,50 @@ def run_eval(engine, config: EvalConfig) -> list[TaskResult]:
                 scorer.update(rec, done[(name, i)])
             res.metrics = scorer.compute()
             res.metrics["flip_rate"] = _mean_flip_rate(done[(name, i)] for i, _ in rows)
+            res.metrics["x_mass"] = candidate_mass(done[(name, i)] for i, _ in rows)
+            res.slot_labels = shared_slot_labels(rec for _, rec in rows)
+            if res.metrics["x_mass"]["median"] is not None and res.metrics["x_mass"]["median"] < X_MASS_WARN:
+                res.metrics["warnings"].append(
+                    f"low candidate mass: the median x_mass is {res.metrics['x_mass']['median']:.2g} (< {X_MASS_WARN}): "
+                    "the model puts almost none of its next-token probability on the candidates, so the "
+                    "renormalised answer probabilities rest on tiny numbers")
             res.metrics["reliability"] = _reliability(scorer, out_dir, name) if config.plots else None
     return results
+
+
+X_MASS_WARN = 0.01  # median candidate mass under which a suite is flagged
+
+
+def shared_slot_labels(records) -> dict[int, str]:
+    """``{slot: label}`` for the slots whose label is the same in every scored question of a suite.
+
+    A suite of one fixed question (AG News) names all its slots; a suite whose options vary by row
+    names none, and the report says so instead of guessing.
+    """
+    seen: dict[int, set] = {}
+    for rec in records:
+        questions = {q.field: q for q in rec.request.questions}
+        for fld in rec.targets:
+            for slot, label in enumerate(questions[fld].labels):
+                seen.setdefault(slot, set()).add(f"{questions[fld].type}:{label}")
+    return {slot: next(iter(v)).split(":", 1)[1] for slot, v in seen.items() if len(v) == 1}
+
+
+def candidate_mass(predictions) -> dict:
+    """Median and low share of the answers' ``x_mass`` (candidates' raw probability mass).
+
+    Returns:
+        ``{"median", "low_share", "threshold", "n"}``: ``low_share`` is the share of answers with
+        ``x_mass < X_MASS_WARN``; ``None`` values when no answer carries ``x_mass``.
+    """
+    vals = sorted(a["x_mass"] for p in predictions for a in (p.get("answers") or {}).values()
+                  if isinstance(a, dict) and isinstance(a.get("x_mass"), (int, float)))
+    if not vals:
+        return {"median": None, "low_share": None, "threshold": X_MASS_WARN, "n": 0}
+    mid = len(vals) // 2
+    median = vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+    return {"median": median, "low_share": sum(v < X_MASS_WARN for v in vals) / len(vals), "threshold": X_MASS_WARN,
+            "n": len(vals)}
 
 
 def _mean_flip_rate(predictions) -> float | None:

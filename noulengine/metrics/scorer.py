@@ -31,6 +31,12 @@ Report keys (every metric in float64, ``None`` where no decision qualifies, neve
 * ``distribution``: ``{"n", "kl", "brier_vs_distribution", "tvd", "status"}`` over scored
   decisions with a gold distribution; ``status`` is ``"unavailable"`` (values ``None``) when none.
 * ``slots``: predicted vs gold share per candidate slot (see :mod:`noulengine.metrics.slots`).
+* ``baselines``: accuracies a model must beat, over the same hard-labelled decisions:
+  ``chance`` (mean ``1/K``, a uniform guess), ``majority`` (always answering each field's most
+  frequent gold option, by field and option count: the majority-class rate of a fixed-option
+  question) and ``majority_slot`` (always answering the most frequent gold position). Both
+  majorities are read off the gold labels being scored, so they are upper bounds on any constant
+  answer. ``warnings`` holds a plain sentence when ``accuracy`` is at or below one of them.
 * ``slices``: ``{dimension: {value: <the same report without slices>}}`` for the dimensions
   ``suite`` (``record.metadata["suite"]``), ``type``, ``field`` and ``category``; a dimension is
   left out when no decision has a value for it, and a missing value is keyed ``"<none>"``.
@@ -255,6 +261,9 @@ def summarize(decisions: Sequence[Decision], *, n_bins: int = N_BINS) -> dict:
         out["ece"] = _f(expected_calibration_error(p.max(dim=1).values, correct, n_bins))
         out["slots"] = slot_shares(p.argmax(dim=1), y, num_slots=p.shape[1])
 
+    out["baselines"] = baselines(hard)
+    out["warnings"] = baseline_warnings(out["accuracy"], out["baselines"])
+
     ordinal = [d for d in hard_scored if d.type == "score"]
     out["ordinal"] = {"n": len(ordinal), "mae": None, "rps": None}
     if ordinal:
@@ -272,4 +281,33 @@ def summarize(decisions: Sequence[Decision], *, n_bins: int = N_BINS) -> dict:
         dist.update(kl=_f(F.kl_divergence(q, p)), brier_vs_distribution=_f(F.brier_distribution(p, q)),
                     tvd=_f(F.total_variation(p, q)), status="ok")
     out["distribution"] = dist
+    return out
+
+
+def baselines(hard: Sequence[Decision]) -> dict:
+    """Chance, majority and majority-slot accuracy over hard-labelled decisions (see module doc)."""
+    if not hard:
+        return {"chance": None, "majority": None, "majority_slot": None}
+    chance = sum(1.0 / d.num_candidates for d in hard) / len(hard)
+    by_field: dict[tuple, dict[int, int]] = {}
+    slots: dict[int, int] = {}
+    for d in hard:
+        counts = by_field.setdefault((d.field, d.num_candidates), {})
+        counts[d.gold] = counts.get(d.gold, 0) + 1
+        slots[d.gold] = slots.get(d.gold, 0) + 1
+    majority = sum(max(c.values()) for c in by_field.values()) / len(hard)
+    return {"chance": chance, "majority": majority, "majority_slot": max(slots.values()) / len(hard)}
+
+
+def baseline_warnings(accuracy: float | None, base: dict) -> list[str]:
+    """Plain sentences for an accuracy at or below chance or the majority answer."""
+    if accuracy is None or base.get("chance") is None:
+        return []
+    out = []
+    if accuracy <= base["chance"]:
+        out.append(f"accuracy {100 * accuracy:.1f}% is at or below chance ({100 * base['chance']:.1f}%, a uniform "
+                   "guess): these answers carry no information")
+    if accuracy <= base["majority"]:
+        out.append(f"accuracy {100 * accuracy:.1f}% is at or below always answering each question's most frequent "
+                   f"gold option ({100 * base['majority']:.1f}%)")
     return out
