@@ -139,3 +139,22 @@ def test_resumed_eval_keeps_the_first_runs_timing_and_the_report_reads_right(tin
     assert "| 0 | world |" in report  # AG News slots are named by their labels
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["agnews"]["metrics"]["baselines"]["chance"] == 0.25
+
+
+def test_repeated_ids_are_counted_and_named():
+    from noulengine.eval.runner import repeated_ids
+    from noulengine.records.schema import parse_record
+
+    q = {"q": {"type": "noul", "instructions": "x"}}
+    recs = [parse_record({"id": i, "state": "s", "questions": q}) for i in ("a", "b", "a", "c", "b", "a")]
+    assert repeated_ids(recs) == {"count": 2, "extra_rows": 3, "ids": ["a", "b"]}
+
+
+def test_toolace_reports_its_three_repeated_ids():
+    from noulengine.eval.runner import repeated_ids
+    from noulengine.eval.suites import get_suite
+
+    rows = get_suite("toolace").load(source=SHARED_DATA)
+    dup = repeated_ids(rec for _, rec in rows)
+    assert dup["count"] == 3 and len(rows) == 310 and dup["extra_rows"] == 3
+    assert [i[:8] for i in dup["ids"]] == sorted(["f6fab49c", "a570fc8e", "ae47fa77"])

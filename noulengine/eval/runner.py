@@ -161,6 +161,13 @@ def run_eval(engine, config: EvalConfig) -> list[TaskResult]:
             res.metrics["flip_rate"] = _mean_flip_rate(done[(name, i)] for i, _ in rows)
             res.metrics["x_mass"] = candidate_mass(done[(name, i)] for i, _ in rows)
             res.slot_labels = shared_slot_labels(rec for _, rec in rows)
+            res.metrics["duplicate_ids"] = repeated_ids(rec for _, rec in rows)
+            if res.metrics["duplicate_ids"]["count"]:
+                dup = res.metrics["duplicate_ids"]
+                res.metrics["warnings"].append(
+                    f"{dup['count']} record id(s) occur more than once ({', '.join(dup['ids'][:5])}"
+                    f"{', ...' if dup['count'] > 5 else ''}); every row is scored, as the published protocol counts "
+                    f"rows, so {dup['extra_rows']} row(s) are repeats")
             if res.metrics["x_mass"]["median"] is not None and res.metrics["x_mass"]["median"] < X_MASS_WARN:
                 res.metrics["warnings"].append(
                     f"low candidate mass: the median x_mass is {res.metrics['x_mass']['median']:.2g} (< {X_MASS_WARN}): "
@@ -171,6 +178,23 @@ def run_eval(engine, config: EvalConfig) -> list[TaskResult]:
 
 
 X_MASS_WARN = 0.01  # median candidate mass under which a suite is flagged
+
+
+def repeated_ids(records) -> dict:
+    """Record ids that occur on more than one row of a suite.
+
+    Rows are scored one by one whatever their ids (the published protocols count rows), so a
+    repeated id is reported, never silently merged or dropped.
+
+    Returns:
+        ``{"count": ids repeated, "extra_rows": rows beyond the first of each id, "ids": [...]}``.
+    """
+    seen: dict[str, int] = {}
+    for rec in records:
+        if rec.id is not None:
+            seen[rec.id] = seen.get(rec.id, 0) + 1
+    ids = sorted(k for k, n in seen.items() if n > 1)
+    return {"count": len(ids), "extra_rows": sum(seen[k] - 1 for k in ids), "ids": ids}
 
 
 def shared_slot_labels(records) -> dict[int, str]:
