@@ -81,3 +81,17 @@ def test_plan_batches_bounds_tokens_rows_and_padding():
         assert len(b) <= 3
         assert all(lengths[i] >= width * 0.875 for i in b)  # at most 1/8 of any row is padding
     assert [5] in batches  # over the budget alone: still answered, in a batch of its own
+
+
+def test_score_answers_carry_their_level_texts(tiny_llama, tiny_tokenizer):
+    import json
+
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer)
+    d = engine.decide({"state": "s", "questions": {
+        "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["can wait", "this week", None]},
+        "flag": {"type": "noul", "instructions": "Flag?"}}})
+    a = d.answers["urgency"]
+    assert a.level_texts == {"0": "can wait", "1": "this week", "2": None}
+    assert a.level_text == a.level_texts[a.label]
+    out = json.loads(json.dumps(d.to_dict()))
+    assert out["answers"]["urgency"]["level_text"] == a.level_text and "level_texts" not in out["answers"]["flag"]

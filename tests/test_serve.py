@@ -461,3 +461,13 @@ def test_jev_public_model_names_are_aliases(client):
         assert r.status_code == 200 and r.json()["model"] == "tiny", (name, r.text[:200])
     r = client.post("/v1/systemone", json={"model": "noul-2", "state": "x", "questions": JEV_Q})
     assert r.status_code == 404 and "'jev-latest', 'noul', 'tiny'" in r.json()["detail"]["message"]
+
+
+def test_score_answers_name_their_level_text(client):
+    r = client.post("/v1/systemone", json={"state": "x", "questions": JEV_Q})
+    s = strict_json(r)["answers"]["anger"]
+    assert s["x_level"] in s["probabilities"] and s["x_level_text"] == s["legend"][s["x_level"]]
+    d = strict_json(client.post("/v1/decide", json={"state": "x", "questions": JEV_Q}))["answers"]["anger"]
+    assert d["level_texts"]["0"] == "Calm" and d["level_text"] == d["level_texts"][d["label"]]
+    page = client.get("/").text
+    assert "level_texts" in page and '"yes/no"' in page

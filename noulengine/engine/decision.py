@@ -32,6 +32,9 @@ class Answer:
         temperature: the temperature applied (1.0 when uncalibrated).
         flip_rate: with permutation debiasing, the share of rotations whose argmax differs from
             the unrotated view's; None otherwise.
+        level_texts: ``score`` only: level number -> the level's description as given in the
+            question (``{"0": "can wait", ...}``; None where a level has none), so an answer reads
+            "1 (this week)", not only "1". Empty for other types.
     """
 
     type: str
@@ -46,6 +49,12 @@ class Answer:
     temperature: float = 1.0
     flip_rate: float | None = None
     debias: str = "none"
+    level_texts: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def level_text(self) -> str | None:
+        """The argmax level's description (``score`` answers), else None."""
+        return self.level_texts.get(self.label)
 
     def to_dict(self) -> dict:
         d = {"type": self.type, "labels": list(self.labels), "probabilities": self.probabilities,
@@ -54,6 +63,9 @@ class Answer:
              "temperature": self.temperature, "debias": self.debias}
         if self.flip_rate is not None:
             d["flip_rate"] = self.flip_rate
+        if self.type == "score":
+            d["level_texts"] = dict(self.level_texts)
+            d["level_text"] = self.level_text
         return d
 
 
@@ -87,12 +99,14 @@ class Decision:
 
 
 def make_answer(plan: QuestionPlan, view_logprobs: torch.Tensor, *, temperature: float = 1.0,
-                prior_logprobs: torch.Tensor | None = None, debias: str = "none") -> Answer:
+                prior_logprobs: torch.Tensor | None = None, debias: str = "none",
+                descriptions: tuple | None = None) -> Answer:
     """Turn (V, K) float64 candidate log-probabilities into an :class:`Answer`.
 
     Views (rotations) are combined by averaging log-probabilities, which cancels an additive
     position bias; a contextual prior (K,) is subtracted (p / prior, Zhao et al. 2021); then
     ``softmax(logits / T)`` in float64. Temperature never changes the argmax (T > 0).
+    ``descriptions`` (the question's, one per label) fill a score answer's ``level_texts``.
 
     Raises:
         NonFiniteLogitsError: any NaN or infinite candidate log-probability (or contextual prior):
@@ -128,4 +142,11 @@ def make_answer(plan: QuestionPlan, view_logprobs: torch.Tensor, *, temperature:
     return Answer(type=plan.type, labels=labels, probabilities=dict(zip(labels, p_list)), confidence=max(p_list),
                   label=labels[k], value=value, logprobs=logits.tolist(),
                   x_mass=float(torch.exp(torch.logsumexp(logp[0], dim=0))), readout=plan.mode,
-                  temperature=float(temperature), flip_rate=flip, debias=debias)
+                  temperature=float(temperature), flip_rate=flip, debias=debias,
+                  level_texts=_level_texts(plan, descriptions))
+
+
+def _level_texts(plan: QuestionPlan, descriptions: tuple | None) -> dict:
+    if plan.type != "score" or descriptions is None:
+        return {}
+    return dict(zip(plan.labels, descriptions))

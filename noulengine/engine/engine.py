@@ -214,10 +214,11 @@ class Engine:
             c = compiled[i]
             answers = {}
             try:
-                for plan, lp in zip(c.questions, logps):
+                for q, plan, lp in zip(parsed[i].questions, c.questions, logps):
                     prior = self._priors.get(plan.spec_key) if self.config.debias == "contextual" else None
                     answers[plan.field] = make_answer(plan, lp, temperature=self._temperature(plan),
-                                                      prior_logprobs=prior, debias=self.config.debias)
+                                                      prior_logprobs=prior, debias=self.config.debias,
+                                                      descriptions=q.descriptions)
             except NonFiniteLogitsError as exc:  # the whole request is an error row; the others stand
                 if on_error == "raise":
                     raise

@@ -60,7 +60,7 @@ function addQuestion(type, id, instructions, criteria) {
   qCount += 1;
   const fs = document.createElement("fieldset");
   fs.className = "question"; fs.dataset.type = type;
-  fs.innerHTML = `<div class="row"><b>${type}</b><input type="text" class="qid" placeholder="id">
+  fs.innerHTML = `<div class="row"><b>${type === "noul" ? "yes/no" : type}</b><input type="text" class="qid" placeholder="id">
     <button type="button" class="remove">remove</button></div>
     <input type="text" class="instructions" placeholder="instructions" style="width:100%">
     <textarea class="criteria" rows="3" placeholder="${HINT[type]}"></textarea>`;
@@ -91,19 +91,21 @@ function readImage(file) {
   });
 }
 function buildState(text) { try { return JSON.parse(text); } catch (e) { return text; } }
-function bar(name, p) {
+function bar(name, p, shown) {
   const row = document.createElement("div"); row.className = "bar-row"; row.dataset.label = name;
   row.innerHTML = `<span class="name"></span><span class="track"><span class="fill" style="display:block;width:${(100 * p).toFixed(1)}%"></span></span><span class="p">${p.toFixed(3)}</span>`;
-  row.querySelector(".name").textContent = name; return row;
+  row.querySelector(".name").textContent = shown || name; return row;
 }
 function render(result) {
   const box = document.getElementById("answers"); box.innerHTML = "";
   for (const [field, a] of Object.entries(result.answers)) {
     const div = document.createElement("div"); div.className = "answer"; div.dataset.field = field;
     const h = document.createElement("h3");
-    h.textContent = `${field}: ${a.label} (confidence ${a.confidence.toFixed(3)})`;
+    const texts = a.level_texts || {};
+    const named = k => (texts[k] ? `${k} (${texts[k]})` : k);
+    h.textContent = `${field}: ${named(a.label)} (confidence ${a.confidence.toFixed(3)})`;
     div.appendChild(h);
-    for (const [name, p] of Object.entries(a.probabilities)) div.appendChild(bar(name, p));
+    for (const [name, p] of Object.entries(a.probabilities)) div.appendChild(bar(name, p, named(name)));
     box.appendChild(div);
   }
   box.dataset.done = "1";

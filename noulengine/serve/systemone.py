@@ -185,8 +185,10 @@ def jev_answer(answer, legend: dict | None = None) -> dict:
         return {"type": "choice", "choice": answer.label, "probabilities": probs,
                 "confidence": choice_confidence(values)}
     score = sum(i * p for i, p in enumerate(values))
-    return {"type": "score", "score": _finite(score), "legend": legend or {k: k for k in probs},
-            "probabilities": probs, "confidence": score_confidence(values)}
+    legend = legend or {k: k for k in probs}
+    return {"type": "score", "score": _finite(score), "legend": legend,
+            "probabilities": probs, "confidence": score_confidence(values),
+            "x_level": answer.label, "x_level_text": legend.get(answer.label)}
 
 
 def jev_response(model: str, decision, legends: dict) -> dict:
