@@ -158,3 +158,16 @@ def test_toolace_reports_its_three_repeated_ids():
     dup = repeated_ids(rec for _, rec in rows)
     assert dup["count"] == 3 and len(rows) == 310 and dup["extra_rows"] == 3
     assert [i[:8] for i in dup["ids"]] == sorted(["f6fab49c", "a570fc8e", "ae47fa77"])
+
+
+def test_a_run_folder_of_another_run_is_refused_naming_old_and_new(tiny_llama, tiny_tokenizer, tmp_path,
+                                                                   monkeypatch, capsys):
+    from noulengine import cli
+    from noulengine.eval.__main__ import main
+
+    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(tiny_llama, tiny_tokenizer))
+    argv = ["--tasks", "jevbench_easy", "--output", str(tmp_path), "--no-progress", "--no-plots"]
+    assert main(argv + ["--limit", "1"]) == 0
+    capsys.readouterr()
+    assert main(argv + ["--limit", "2"]) == 2
+    assert "limit: the folder's run has 1, this one 2" in capsys.readouterr().err

@@ -69,8 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     if key_path.is_file() and (out / "predictions.jsonl").is_file():
         old = json.loads(key_path.read_text())
         if old != key:
-            diff = {k: (old.get(k), v) for k, v in key.items() if old.get(k) != v}
-            print(f"error: {out} holds predictions of a different run {diff}; use another --output", file=sys.stderr)
+            diff = "; ".join(f"{k}: the folder's run has {old.get(k)!r}, this one {v!r}"
+                             for k, v in key.items() if old.get(k) != v)
+            print(f"error: {out} holds predictions of a different run ({diff}); use another --output", file=sys.stderr)
             return 2
     out.mkdir(parents=True, exist_ok=True)
     key_path.write_text(json.dumps(key, indent=2) + "\n")
