@@ -328,7 +328,10 @@ def load_engine(args):
     from noulengine.engine.model_runner import pick_device, pick_dtype
 
     if args.model_config is None:
-        return Engine.from_pretrained(args.model, device=args.device, dtype=args.dtype, debias="none"), "pretrained"
+        # calibration "none": the variants compare forward passes and readouts; a trained model's
+        # shipped temperatures would apply to the engine variant only and read as a disagreement
+        return Engine.from_pretrained(args.model, device=args.device, dtype=args.dtype, debias="none",
+                                      calibration="none"), "pretrained"
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from noulengine.models.loading import resolve_model
