@@ -67,6 +67,11 @@ def test_demo_page_renders_answers(server, tmp_path):
             probs = [float(x) for x in page.eval_on_selector_all(
                 "#answers .answer[data-field='topic'] .bar-row .p", "els => els.map(e => e.textContent)")]
             assert abs(sum(probs) - 1) < 0.01
+            # the question cap comes from GET /v1/limits; score bars name their level texts
+            assert "3 of at most 16 questions" in page.inner_text("#cap")
+            names = page.eval_on_selector_all("#answers .answer[data-field='risk'] .bar-row .name",
+                                              "els => els.map(e => e.textContent)")
+            assert names == ["0 (none)", "1 (low)", "2 (high)"]
             # An attached image travels as base64; the text-only model answers with a clear 4xx.
             img = tmp_path / "red.png"
             Image.new("RGB", (8, 8), (255, 0, 0)).save(img)
