@@ -467,7 +467,7 @@ def test_score_answers_name_their_level_text(client):
     r = client.post("/v1/systemone", json={"state": "x", "questions": JEV_Q})
     s = strict_json(r)["answers"]["anger"]
     assert s["x_level"] in s["probabilities"] and s["x_level_text"] == s["legend"][s["x_level"]]
-    d = strict_json(client.post("/v1/decide", json={"state": "x", "questions": JEV_Q}))["answers"]["anger"]
-    assert d["level_texts"]["0"] == "Calm" and d["level_text"] == d["level_texts"][d["label"]]
+    d = strict_json(client.post("/v1/decide", json=three_question_request()))["answers"]["risk"]
+    assert d["level_texts"] == {"0": "none", "1": "low", "2": "high"} and d["level_text"] == d["level_texts"][d["label"]]
     page = client.get("/").text
     assert "level_texts" in page and '"yes/no"' in page
