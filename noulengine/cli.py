@@ -270,7 +270,10 @@ def main(argv: list[str] | None = None) -> int:
         return _delegate(SUBCOMMANDS[argv[0]][0])(None, argv[1:])
     parser = argparse.ArgumentParser(prog="noulengine", description="Decision probabilities from a language model.")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("decide", help="answer requests")
+    p = sub.add_parser("decide", help="answer requests", description=(
+        "Answer one request (--state and --questions) or a JSONL file of requests (--input), every question "
+        "with probabilities over its candidates. Exit status: 0 all answered, 1 when any row is an error row "
+        "(all rows are still written, in input order), 2 for bad arguments."))
     p.add_argument("--state", help="the state: inline JSON or a JSON file (with --questions)")
     p.add_argument("--questions", help="the questions object: inline JSON or a JSON file")
     p.add_argument("--input", help="a JSONL file of requests/records")
