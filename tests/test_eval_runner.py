@@ -171,3 +171,22 @@ def test_a_run_folder_of_another_run_is_refused_naming_old_and_new(tiny_llama, t
     capsys.readouterr()
     assert main(argv + ["--limit", "2"]) == 2
     assert "limit: the folder's run has 1, this one 2" in capsys.readouterr().err
+
+
+def test_score_a_sample_or_the_predicted_rows_only(tiny_llama, tiny_tokenizer, tmp_path, capsys):
+    from noulengine.eval.score import main as score_main
+
+    cfg = EvalConfig(tasks=["jevbench_easy"], sample=3, seed=0, output=str(tmp_path), progress=False, plots=False)
+    (res,) = run_eval(Engine.from_model(tiny_llama, tiny_tokenizer), cfg)
+    pred = tmp_path / "predictions.jsonl"
+    same = score_file("jevbench_easy", pred, sample=3, seed=0)
+    assert same["rows_selected"] == 3 and same["rows_missing"] == 0 and same["accuracy"] == res.metrics["accuracy"]
+    whole = score_file("jevbench_easy", pred)  # the whole suite: 45 rows without a prediction are errors
+    assert whole["rows_missing"] == 45 and whole["counts"]["errors"] == 45
+    only = score_file("jevbench_easy", pred, predicted_only=True)
+    assert only["counts"]["decisions"] == 3 and only["rows_missing"] == 45 and only["accuracy"] == res.metrics["accuracy"]
+    assert score_main(["--suite", "jevbench_easy", "--predictions", str(pred), "--sample", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| suite | rows scored | rows missing |") and "| jevbench_easy | 3 | 0 |" in out
+    assert score_main(["--suite", "jevbench_easy", "--predictions", str(pred), "--predicted-only", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows_missing"] == 45

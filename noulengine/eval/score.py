@@ -48,10 +48,23 @@ def to_answer_map(row: dict, record) -> dict:
     return {"answers": answers, "error": None}
 
 
-def score_file(suite_name: str, predictions: str | Path, *, source=None) -> dict:
+def score_file(suite_name: str, predictions: str | Path, *, source=None, sample: int | None = None, seed: int = 0,
+               predicted_only: bool = False) -> dict:
     """Score a predictions file against a verified suite.
 
-    Rows of the suite with no prediction count as errors (coverage < 1).
+    Args:
+        suite_name: a registered suite.
+        predictions: JSONL rows with ``row`` (or a unique ``id``) and ``answers``.
+        source: raw data folder.
+        sample: score the fixed-seed sample of this many rows that ``eval --sample N --seed S``
+            selects (predictions for other rows are counted, not scored).
+        seed: the sample's seed.
+        predicted_only: score only the selected rows that have a prediction; the missing rows
+            are counted in ``rows_missing`` instead of scored as errors.
+
+    Rows of the selection with no prediction count as errors (coverage < 1) unless
+    ``predicted_only``. The report adds ``rows_selected``, ``rows_missing`` and
+    ``predictions_outside_selection``.
 
     Raises:
         ValueError: listing every bad line (not UTF-8, not a JSON object, a row or id the suite
@@ -103,13 +116,47 @@ def score_file(suite_name: str, predictions: str | Path, *, source=None) -> dict
     if problems:
         shown = "\n".join(problems[:50]) + (f"\n... and {len(problems) - 50} more" if len(problems) > 50 else "")
         raise ValueError(f"{len(problems)} bad prediction line(s) in {predictions}:\n{shown}")
+    selected = rows
+    if sample is not None:
+        from noulengine.eval.suites import sample_rows
+
+        selected = sample_rows(rows, sample, seed=seed)
+    chosen = {i for i, _ in selected}
+    missing = [i for i, _ in selected if i not in got]
+    if predicted_only:
+        selected = [(i, rec) for i, rec in selected if i in got]
     scorer = Scorer()
-    for i, rec in rows:
+    for i, rec in selected:
         rec.metadata["suite"] = suite_name
         scorer.update(rec, got.get(i, {"answers": {}, "error": "missing prediction", "missing": True}))
     report = scorer.compute()
     report["predictions_matched"] = len(got)
+    report["rows_selected"] = len(chosen)
+    report["rows_missing"] = len(missing)
+    report["predictions_outside_selection"] = sum(1 for i in got if i not in chosen)
+    report["selection"] = {"sample": sample, "seed": seed if sample is not None else None,
+                           "predicted_only": predicted_only}
     return report
+
+
+def summary_table(suite_name: str, report: dict) -> str:
+    """A short markdown table of a :func:`score_file` report, with its warnings."""
+    def pct(x):
+        return "n/a" if x is None else f"{100 * x:.1f}%"
+
+    def num(x):
+        return "n/a" if x is None else f"{x:.4f}"
+
+    c, b = report["counts"], report.get("baselines") or {}
+    lines = ["| suite | rows scored | rows missing | decisions | coverage | accuracy | chance | majority | NLL | Brier | ECE |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+             f"| {suite_name} | {report['rows']} | {report['rows_missing']} | {c['decisions']} | {pct(c['coverage'])} | "
+             f"{pct(report['accuracy'])} | {pct(b.get('chance'))} | {pct(b.get('majority'))} | {num(report['nll'])} | "
+             f"{num(report['brier'])} | {num(report['ece'])} |"]
+    if report["predictions_outside_selection"]:
+        lines.append(f"\n{report['predictions_outside_selection']} prediction(s) outside the selected rows were not scored.")
+    lines += [f"\nwarning: {w}" for w in report.get("warnings") or []]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,16 +165,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--predictions", required=True, help="JSONL predictions file")
     p.add_argument("--source", help="raw data folder")
     p.add_argument("--output", help="write the metrics JSON here")
+    p.add_argument("--sample", type=int, help="score the fixed-seed sample of N rows that eval --sample N selects")
+    p.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
+    p.add_argument("--predicted-only", action="store_true",
+                   help="score only rows that have a prediction; missing rows are counted, not scored as errors")
+    p.add_argument("--json", action="store_true", help="print the full metrics JSON instead of the short table")
     args = p.parse_args(argv)
+    if args.sample is not None and args.sample < 1:
+        print("error: --sample must be at least 1", file=sys.stderr)
+        return 2
     try:
-        report = score_file(args.suite, args.predictions, source=args.source)
+        report = score_file(args.suite, args.predictions, source=args.source, sample=args.sample, seed=args.seed,
+                            predicted_only=args.predicted_only)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     text = json.dumps(report, indent=2, allow_nan=False)
     if args.output:
         Path(args.output).write_text(text + "\n")
-    print(text)
+    print(text if args.json else summary_table(args.suite, report))
     return 0
 
 
