@@ -114,9 +114,9 @@ def make_answer(plan: QuestionPlan, view_logprobs: torch.Tensor, *, temperature:
         ValueError: a temperature that is not a finite positive number.
     """
     logp = view_logprobs.double()
-    if not bool(torch.isfinite(logp).all()) or (prior_logprobs is not None
-                                                 and not bool(torch.isfinite(prior_logprobs).all())):
-        bad = int((~torch.isfinite(logp)).sum())
+    finite = torch.isfinite(logp)
+    if not bool(finite.all()) or (prior_logprobs is not None and not bool(torch.isfinite(prior_logprobs).all())):
+        bad = int((~finite).sum())
         raise NonFiniteLogitsError(f"question {plan.field!r}: the model produced non-finite candidate logits "
                                    f"({bad} of {logp.numel()} values NaN or infinite); no answer is given",
                                    field=plan.field)

@@ -93,8 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             "selection": {"limit": args.limit, "sample": args.sample, "seed": args.seed},
             "model_load_s": load_s, "wall_s": time.perf_counter() - t0,
             "command": "python -m noulengine.eval " + " ".join(argv if argv is not None else sys.argv[1:])}
+    meta["throughput"] = throughput(results)
     meta["invocations"] = previous + [{"started": started, "git_revision": revision, "wall_s": meta["wall_s"],
-                                       "model_load_s": load_s, "throughput": throughput(results)}]
+                                       "model_load_s": load_s, "throughput": meta["throughput"]}]
     meta["totals"] = invocation_totals(meta["invocations"])
     metrics = write_outputs(results, out, meta)
     print((out / "report.md").read_text())

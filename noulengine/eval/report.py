@@ -113,7 +113,7 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
     metrics = {r.name: {"status": r.status, "reason": r.reason if r.status != "ready" else "", "rows": r.rows,
                         "licence": r.licence, "notes": r.notes, "metrics": r.metrics} for r in results}
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
-    meta = {**meta, "throughput": throughput(results)}
+    meta = {"throughput": throughput(results), **meta}  # a caller that computed it already wins
     (out_dir / "run.json").write_text(json.dumps(meta, indent=2, allow_nan=False, default=str) + "\n")
     eng = meta.get("engine") or {}
     model = eng.get("model") or {}

@@ -13,6 +13,7 @@ Protocol, per task:
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,26 +159,34 @@ def run_eval(engine, config: EvalConfig) -> list[TaskResult]:
             for i, rec in rows:
                 scorer.update(rec, done[(name, i)])
             res.metrics = scorer.compute()
-            res.metrics["flip_rate"] = _mean_flip_rate(done[(name, i)] for i, _ in rows)
-            res.metrics["x_mass"] = candidate_mass(done[(name, i)] for i, _ in rows)
-            res.slot_labels = shared_slot_labels(rec for _, rec in rows)
-            res.metrics["duplicate_ids"] = repeated_ids(rec for _, rec in rows)
-            if res.metrics["duplicate_ids"]["count"]:
-                dup = res.metrics["duplicate_ids"]
-                res.metrics["warnings"].append(
-                    f"{dup['count']} record id(s) occur more than once ({', '.join(dup['ids'][:5])}"
-                    f"{', ...' if dup['count'] > 5 else ''}); every row is scored, as the published protocol counts "
-                    f"rows, so {dup['extra_rows']} row(s) are repeats")
-            if res.metrics["x_mass"]["median"] is not None and res.metrics["x_mass"]["median"] < X_MASS_WARN:
-                res.metrics["warnings"].append(
-                    f"low candidate mass: the median x_mass is {res.metrics['x_mass']['median']:.2g} (< {X_MASS_WARN}): "
-                    "the model puts almost none of its next-token probability on the candidates, so the "
-                    "renormalised answer probabilities rest on tiny numbers")
+            predictions = [done[(name, i)] for i, _ in rows]
+            records = [rec for _, rec in rows]
+            res.metrics["flip_rate"] = _mean_flip_rate(predictions)
+            res.metrics["x_mass"] = candidate_mass(predictions)
+            res.metrics["duplicate_ids"] = repeated_ids(records)
+            res.metrics["warnings"] += suite_warnings(res.metrics)
+            res.slot_labels = shared_slot_labels(records)
             res.metrics["reliability"] = _reliability(scorer, out_dir, name) if config.plots else None
     return results
 
 
 X_MASS_WARN = 0.01  # median candidate mass under which a suite is flagged
+
+
+def suite_warnings(metrics: dict) -> list[str]:
+    """Plain sentences for a suite's repeated ids and low candidate mass (from its metrics)."""
+    out = []
+    dup = metrics["duplicate_ids"]
+    if dup["count"]:
+        out.append(f"{dup['count']} record id(s) occur more than once ({', '.join(dup['ids'][:5])}"
+                   f"{', ...' if dup['count'] > 5 else ''}); every row is scored, as the published protocol counts "
+                   f"rows, so {dup['extra_rows']} row(s) are repeats")
+    median = metrics["x_mass"]["median"]
+    if median is not None and median < X_MASS_WARN:
+        out.append(f"low candidate mass: the median x_mass is {median:.2g} (< {X_MASS_WARN}): the model puts almost "
+                   "none of its next-token probability on the candidates, so the renormalised answer "
+                   "probabilities rest on tiny numbers")
+    return out
 
 
 def repeated_ids(records) -> dict:
@@ -208,8 +217,8 @@ def shared_slot_labels(records) -> dict[int, str]:
         questions = {q.field: q for q in rec.request.questions}
         for fld in rec.targets:
             for slot, label in enumerate(questions[fld].labels):
-                seen.setdefault(slot, set()).add(f"{questions[fld].type}:{label}")
-    return {slot: next(iter(v)).split(":", 1)[1] for slot, v in seen.items() if len(v) == 1}
+                seen.setdefault(slot, set()).add((questions[fld].type, label))
+    return {slot: next(iter(v))[1] for slot, v in seen.items() if len(v) == 1}
 
 
 def candidate_mass(predictions) -> dict:
@@ -219,14 +228,12 @@ def candidate_mass(predictions) -> dict:
         ``{"median", "low_share", "threshold", "n"}``: ``low_share`` is the share of answers with
         ``x_mass < X_MASS_WARN``; ``None`` values when no answer carries ``x_mass``.
     """
-    vals = sorted(a["x_mass"] for p in predictions for a in (p.get("answers") or {}).values()
-                  if isinstance(a, dict) and isinstance(a.get("x_mass"), (int, float)))
+    vals = [a["x_mass"] for p in predictions for a in (p.get("answers") or {}).values()
+            if isinstance(a, dict) and isinstance(a.get("x_mass"), (int, float))]
     if not vals:
         return {"median": None, "low_share": None, "threshold": X_MASS_WARN, "n": 0}
-    mid = len(vals) // 2
-    median = vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
-    return {"median": median, "low_share": sum(v < X_MASS_WARN for v in vals) / len(vals), "threshold": X_MASS_WARN,
-            "n": len(vals)}
+    return {"median": statistics.median(vals), "low_share": sum(v < X_MASS_WARN for v in vals) / len(vals),
+            "threshold": X_MASS_WARN, "n": len(vals)}
 
 
 def _mean_flip_rate(predictions) -> float | None:

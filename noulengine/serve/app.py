@@ -26,7 +26,7 @@ from noulengine.serve import systemone
 from noulengine.serve.auth import check_key
 from noulengine.serve.config import ROUTES, ServeConfig
 from noulengine.serve.demo import DEMO_HTML
-from noulengine.serve.limits import BodyLimitMiddleware
+from noulengine.serve.limits import BodyLimitMiddleware, check_question_count
 from noulengine.serve.metrics import Metrics, MetricsMiddleware
 from noulengine.serve.responses import ApiError, FiniteJSONResponse, ValidationFailure, record_error_failure
 from noulengine.serve.worker import BatchWorker, QueueFull
@@ -244,7 +244,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         if "id" in body and body["id"] is not None and not isinstance(body["id"], str):
             raise ValidationFailure(["id"], "id must be a string", "string_type")
         if isinstance(body.get("questions"), dict):
-            systemone.check_question_count(body["questions"], config.question_cap("decide"), "/v1/decide")
+            check_question_count(body["questions"], config.question_cap("decide"), "/v1/decide")
         parsed = await parse_canonical(body)
         decision = await run_decision(parsed)
         return finite(decision.to_dict())

@@ -1,4 +1,5 @@
-"""Request body limits: bodies over ``max_body_bytes`` get 413, bodies that stall get 408.
+"""Request limits: bodies over ``max_body_bytes`` get 413, bodies that stall get 408, and
+requests with more questions than a route's cap get 422 (:func:`check_question_count`).
 
 The middleware reads the whole body up front (declared ``Content-Length`` checked first, then the
 bytes actually received), under one deadline for the entire upload, then replays it to the app.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+
+from noulengine.serve.responses import ValidationFailure
 
 
 def _error(status: int, error_type: str, message: str) -> tuple[dict, bytes]:
@@ -70,3 +73,17 @@ class BodyLimitMiddleware:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+def check_question_count(questions: dict, max_questions: int | None, route: str) -> None:
+    """Refuse more questions than a route's configured cap (a service setting, not a record rule).
+
+    Raises:
+        ValidationFailure: 422 ``too_long`` at ``["body", "questions"]``, naming the route, the cap,
+            the count and the flag that sets it.
+    """
+    if max_questions is not None and len(questions) > max_questions:
+        name = route.rsplit("/", 1)[-1]
+        raise ValidationFailure(["questions"], f"at most {max_questions} questions per request on {route} "
+                                               f"(this server's --max-questions {name}={max_questions}), "
+                                               f"got {len(questions)}", "too_long")

@@ -19,6 +19,7 @@ import math
 from typing import Any
 
 from noulengine.records.schema import canonical_json
+from noulengine.serve.limits import check_question_count
 from noulengine.serve.responses import ValidationFailure
 
 QUESTION_TYPES = ("noul", "choice", "score")
@@ -134,20 +135,6 @@ def translate_request(body: Any, max_questions: int | None = None) -> tuple[dict
     if body.get("images") is not None:  # never dropped: a text-only model refuses them, a VLM reads them
         canonical["images"] = body["images"]
     return canonical, legends
-
-
-def check_question_count(questions: dict, max_questions: int | None, route: str) -> None:
-    """Refuse more questions than a route's configured cap (a service setting, not a record rule).
-
-    Raises:
-        ValidationFailure: 422 ``too_long`` at ``["body", "questions"]``, naming the route, the cap,
-            the count and the flag that sets it.
-    """
-    if max_questions is not None and len(questions) > max_questions:
-        name = route.rsplit("/", 1)[-1]
-        raise ValidationFailure(["questions"], f"at most {max_questions} questions per request on {route} "
-                                               f"(this server's --max-questions {name}={max_questions}), "
-                                               f"got {len(questions)}", "too_long")
 
 
 def choice_confidence(probs: list[float]) -> float:
