@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from noulengine.compile.layout import READOUT_MODES, CompiledRequest, QuestionPlan, SequenceBuilder
 from noulengine.compile.render import PROMPT_VERSION, render_question, render_state
-from noulengine.compile.symbols import DIGITS, NOUL_WORDS, SYMBOLS, single_token_in_context
+from noulengine.compile.symbols import DIGITS, NOUL_CASED, NOUL_WORDS, SYMBOLS, single_token_in_context
 from noulengine.compile.template import PromptFrame, TextTokenizer, build_frame
 from noulengine.records.errors import OverlengthError, RecordError, TokenizerError
 from noulengine.records.schema import Question, Request, canonical_json
@@ -76,26 +76,37 @@ class Compiler:
         self.frame: PromptFrame = build_frame(self.tok, use_chat_template=self.config.use_chat_template)
         self._symbol_ids: dict[str, int] = {}
         self._symbol_errors: dict[str, str] = {}
-        for sym in SYMBOLS + NOUL_WORDS + ("No", "Yes"):
+        for sym in SYMBOLS + NOUL_WORDS + NOUL_CASED:
             tid = single_token_in_context(self.tok, self.frame.tail_text, self.frame.tail_ids, sym)
             if tid is None:
-                self._symbol_errors[sym] = f"symbol {sym!r} is not a single token after {self.frame.tail_text!r}"
+                alone = list(self.tok.encode_user(sym))
+                after = list(self.tok.encode_template(self.frame.tail_text + sym)[len(self.frame.tail_ids):])
+                self._symbol_errors[sym] = (f"tokenizer {self.tok.name}: {sym!r} is not a single token after the answer "
+                                            f"cue {self.frame.tail_text!r} (alone: ids {alone}; after the cue: ids "
+                                            f"{after})")
             else:
                 self._symbol_ids[sym] = tid
         if self.config.readout == "symbols":
             self.require_symbols(SYMBOLS + NOUL_WORDS)
+        elif self.config.readout in ("auto", "label-token"):
+            # both read a noul question as the words no/No and yes/Yes: a word that is not one token
+            # would lose its probability silently, so the tokenizer is refused up front
+            self.require_symbols(NOUL_WORDS + NOUL_CASED, readout=self.config.readout)
         self._branch_cache: dict = {}
+        self._label_cache: dict[str, tuple[int, ...]] = {}
 
     # -- symbols ----------------------------------------------------------------------------
-    def require_symbols(self, symbols) -> list[int]:
-        """Token ids of ``symbols``; raises :class:`TokenizerError` naming the first bad one."""
+    def require_symbols(self, symbols, *, readout: str = "symbols") -> list[int]:
+        """Token ids of ``symbols``; raises :class:`TokenizerError` naming the first bad one, the
+        tokenizer and the ids it gives."""
         out = []
         for s in symbols:
             if s in self._symbol_errors:
-                raise TokenizerError(self._symbol_errors[s] + "; this tokenizer cannot use the symbols readout")
+                raise TokenizerError(self._symbol_errors[s] + f"; this tokenizer cannot use the {readout} readout")
             out.append(self._symbol_ids[s])
         if len(set(out)) != len(out):
-            raise TokenizerError(f"symbols {list(symbols)} do not map to distinct tokens")
+            raise TokenizerError(f"tokenizer {self.tok.name}: symbols {list(symbols)} do not map to distinct tokens "
+                                 f"(ids {out})")
         return out
 
     # -- mode choice ------------------------------------------------------------------------
@@ -204,9 +215,13 @@ class Compiler:
                                   f"bytes per token and {self.config.max_positions} positions allow at most "
                                   f"{limit} bytes. Nothing is truncated: shorten the state.")
         b = SequenceBuilder()
-        prefix_ids = self.frame.head_ids + self.tok.encode_user(state_text)
+        views = [(q, self.choose_mode(q, rid), self._rotations(q)) for q in request.questions]
+        branch_texts = [self._question_text(q, mode, r) for q, mode, rotations in views for r in rotations]
+        prefix_ids, branches = self._tokenize_tree(state_text, branch_texts)
         root = b.add(prefix_ids, -1)
-        plans = [self._compile_question(b, root, q, rid) for q in request.questions]
+        it = iter(branches)
+        plans = [self._compile_question(b, root, q, mode, rotations, [next(it) for _ in rotations])
+                 for q, mode, rotations in views]
         compiled = CompiledRequest(b.token_ids, b.position_ids, b.segment_ids, b.parents, plans, request_id=rid)
         cfg = self.config
         if compiled.max_position > cfg.max_positions:
@@ -226,31 +241,52 @@ class Compiler:
             return tuple(range(k))
         return tuple(sorted({(i * k) // MAX_PERMUTE_VIEWS for i in range(MAX_PERMUTE_VIEWS)}))
 
-    def _branch_ids(self, q: Question, mode: str, rotation: int) -> tuple[int, ...]:
+    def _question_text(self, q: Question, mode: str, rotation: int) -> str:
         key = (json.dumps(q.spec(), sort_keys=True, ensure_ascii=False), mode, rotation)
-        ids = self._branch_cache.get(key)
-        if ids is None:
+        text = self._branch_cache.get(key)
+        if text is None:
             k = q.num_candidates
             order = [(slot + rotation) % k for slot in range(k)]
             text = render_question(q, mode, order, SYMBOLS)
-            ids = self.tok.encode_user(text) + self.frame.tail_ids
             if len(self._branch_cache) > 4096:
                 self._branch_cache.clear()
-            self._branch_cache[key] = ids
-        return ids
+            self._branch_cache[key] = text
+        return text
+
+    def _tokenize_tree(self, state_text: str, branch_texts: list[str]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+        """Token ids of the shared prefix and of each branch, taken from whole-prompt tokenizations.
+
+        Each branch's prompt ``HEAD + state + question + TAIL`` is tokenized whole (special tokens
+        of the template stay hard boundaries, see :mod:`noulengine.compile.template`); the prefix
+        is the longest token prefix all of them share, and each branch keeps at least its last
+        token (the answer is read there). So ``prefix + branch`` is exactly the tokenizer's ids of
+        the concatenated text for every branch, whatever the tokenizer merges across the
+        state/question boundary.
+        """
+        f = self.frame
+        chunks = [f.head_join + state_text + text + f.tail_join for text in branch_texts]
+        full = [f.head_fixed_ids + ids + f.tail_fixed_ids for ids in self.tok.encode_user_batch(chunks)]
+        shared = min(len(ids) for ids in full) - 1
+        first = full[0]
+        for ids in full[1:]:
+            n = 0
+            limit = min(shared, len(ids))
+            while n < limit and ids[n] == first[n]:
+                n += 1
+            shared = n
+        return first[:shared], [ids[shared:] for ids in full]
 
     def spec_key(self, q: Question, mode: str) -> str:
         """Content hash of a question under a readout (keys the contextual prior cache)."""
         payload = json.dumps({"q": q.spec(), "mode": mode, "v": PROMPT_VERSION}, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
-    def _compile_question(self, b: SequenceBuilder, root: int, q: Question, rid) -> QuestionPlan:
-        mode = self.choose_mode(q, rid)
-        rotations = self._rotations(q)
+    def _compile_question(self, b: SequenceBuilder, root: int, q: Question, mode: str, rotations: tuple[int, ...],
+                          branch_ids: list[tuple[int, ...]]) -> QuestionPlan:
         plan = QuestionPlan(q.field, q.type, q.labels, mode, rotations, spec_key=self.spec_key(q, mode))
         k = q.num_candidates
         for view, r in enumerate(rotations):
-            seg = b.add(self._branch_ids(q, mode, r), root)
+            seg = b.add(branch_ids[view], root)
             read_at = b.last_position(seg)
             if mode == "symbols":
                 symbols = NOUL_WORDS if q.type == "noul" else (DIGITS if q.type == "score" else SYMBOLS)
@@ -260,10 +296,8 @@ class Compiler:
             elif mode == "label-token":
                 if q.type == "noul":
                     for cand, words in enumerate((("no", "No"), ("yes", "Yes"))):
-                        for tid in dict.fromkeys(self._symbol_ids[w] for w in words if w in self._symbol_ids):
+                        for tid in dict.fromkeys(self.require_symbols(words, readout=mode)):
                             plan.add_alternative(view, cand, [(read_at, tid)])
-                        if not any(w in self._symbol_ids for w in words):
-                            raise TokenizerError(f"neither of {words} is a single token at the answer position")
                 else:
                     firsts = self._first_tokens(q)
                     for cand in range(k):
@@ -281,8 +315,31 @@ class Compiler:
 
     def _label_sequence(self, label: str) -> tuple[int, ...]:
         """The candidate's label text followed by the end-of-answer token (so a label that is a
-        prefix of another is not credited with the other's probability)."""
-        return self.tok.encode_user(label) + self.frame.end_ids
+        prefix of another is not credited with the other's probability), tokenized together
+        with the answer cue it follows (the text after TAIL's last special token), as a whole
+        ``prompt + answer`` text would be.
+
+        Raises:
+            TokenizerError: the label's first token merges with the answer cue, so no tokenization
+                of the prompt ends where the answer starts.
+        """
+        ids = self._label_cache.get(label)
+        if ids is not None:
+            return ids
+        f = self.frame
+        cue = self.tok.encode_user(f.answer_join)
+        # END is a special token after a chat turn (a hard boundary), ordinary text otherwise.
+        joined = (self.tok.encode_user(f.answer_join + label) + f.end_ids if f.chat
+                  else self.tok.encode_user(f.answer_join + label + f.end_text))
+        if joined[:len(cue)] != cue or len(joined) <= len(cue):
+            raise TokenizerError(f"tokenizer {self.tok.name}: the answer {label!r} merges with the answer cue "
+                                 f"{f.answer_join!r} ({list(joined)} does not start with the cue's ids {list(cue)}); "
+                                 "the label-sequence readout cannot read it")
+        ids = joined[len(cue):]
+        if len(self._label_cache) > 65536:
+            self._label_cache.clear()
+        self._label_cache[label] = ids
+        return ids
 
 
 def _question_text_bytes(q: Question) -> int:

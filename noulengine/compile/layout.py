@@ -94,6 +94,13 @@ class CompiledRequest:
     def max_position(self) -> int:
         return max(self.position_ids) + 1 if self.position_ids else 0
 
+    @property
+    def is_linear(self) -> bool:
+        """True when the tree is one chain of segments (one question, one view, no
+        label-sequence children): its attention mask is then exactly the causal mask and its
+        position ids are ``0 .. L-1``, so the model's own causal attention computes it."""
+        return all(p == i - 1 for i, p in enumerate(self.parents))
+
     def ancestor_matrix(self) -> torch.Tensor:
         """(S, S) bool: ``[i, j]`` is True when segment j is segment i or one of its ancestors."""
         s = len(self.parents)

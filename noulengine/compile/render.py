@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from noulengine.records.schema import Question, canonical_json
 
-PROMPT_VERSION = "noul-prompt-1"
+PROMPT_VERSION = "noul-prompt-2"  # 2: whole-prompt tokenization (no merges lost at the state/question boundary)
 
 
 def render_state(state: Any) -> str:

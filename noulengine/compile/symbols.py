@@ -13,6 +13,8 @@ from noulengine.records.errors import TokenizerError
 SYMBOLS: tuple[str, ...] = tuple(string.ascii_uppercase + string.ascii_lowercase + string.digits)
 DIGITS: tuple[str, ...] = tuple(string.digits)
 NOUL_WORDS: tuple[str, ...] = ("no", "yes")
+# The label-token readout also credits the capitalised words (small chat models answer "Yes").
+NOUL_CASED: tuple[str, ...] = ("No", "Yes")
 
 
 def single_token_in_context(tok, context_text: str, context_ids, text: str) -> int | None:
@@ -41,8 +43,9 @@ def verify_symbols(tok, frame) -> dict[str, int]:
     for sym in SYMBOLS + NOUL_WORDS:
         tid = single_token_in_context(tok, frame.tail_text, frame.tail_ids, sym)
         if tid is None:
-            raise TokenizerError(f"symbol {sym!r} is not a single token after the answer cue {frame.tail_text!r}; "
-                                 "this tokenizer cannot use the symbols readout")
+            alone = list(tok.encode_user(sym))
+            raise TokenizerError(f"symbol {sym!r} is not a single token after the answer cue {frame.tail_text!r} "
+                                 f"(alone: ids {alone}); this tokenizer cannot use the symbols readout")
         ids[sym] = tid
     seen: dict[int, str] = {}
     for sym, tid in ids.items():
