@@ -407,6 +407,8 @@ def test_cli_refuses_public_host_without_key(monkeypatch):
     cfg = config_from_args(parse(["--host", "0.0.0.0", "--api-key-env", "NOULENGINE_TEST_KEY", "--max-batch-tokens", "1"]))
     assert cfg.api_key == "k1" and cfg.max_batch_tokens == 1
     assert config_from_args(parse(["--host", "::1"])).api_key is None
+    # the eval/decide spelling of the same setting
+    assert config_from_args(parse(["--batch-tokens", "2048"])).max_batch_tokens == 2048
 
 
 def test_cli_serve_verb_delegates(capsys):

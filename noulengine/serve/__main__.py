@@ -20,8 +20,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     p.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key clients must send")
     p.add_argument("--insecure", action="store_true", help="allow a non-loopback --host without an API key")
-    p.add_argument("--max-batch-tokens", type=int, default=8192,
-                   help="padded tokens per forward pass; 1 = no dynamic batching (one request per pass)")
+    # the same flag name as eval/decide/bench (--batch-tokens); --max-batch-tokens stays accepted
+    p.add_argument("--batch-tokens", "--max-batch-tokens", dest="max_batch_tokens", type=int, default=8192,
+                   metavar="N", help="padded tokens per forward pass (rows x width), as in eval and decide; "
+                                     "1 = no dynamic batching (one request per pass) (default 8192)")
     p.add_argument("--max-batch-requests", type=int, default=64, help="requests gathered into one engine call at most")
     p.add_argument("--max-wait-ms", type=float, default=5.0, help="how long to wait for more requests to batch")
     p.add_argument("--max-queue", type=int, default=256, help="queued + running requests at most (then 429)")
