@@ -135,6 +135,42 @@ def engine_from_args(args: argparse.Namespace):
         raise SystemExit(2) from None
 
 
+def add_ray_args(parser: argparse.ArgumentParser) -> None:
+    """The Ray Data flags shared by ``eval`` and ``decide`` (docs/evaluation.md#ray-data)."""
+    g = parser.add_argument_group("Ray Data (the ray extra: pip install -e '.[ray]')")
+    g.add_argument("--ray", action="store_true", help="run inference on Ray Data actors (one engine per actor)")
+    g.add_argument("--ray-address", metavar="ADDR", help="an existing Ray cluster (auto, ray://host:10001); default: "
+                   "start a local one")
+    g.add_argument("--actors", type=int, default=1, metavar="N", help="engine actors, each with one model copy "
+                   "(default 1)")
+    g.add_argument("--gpus-per-actor", type=float, default=0, metavar="G", help="GPUs per actor (default 0)")
+    g.add_argument("--cpus-per-actor", type=float, default=1, metavar="C", help="CPUs per actor; on CPU also its "
+                   "torch threads (default 1)")
+    g.add_argument("--ray-batch-size", type=int, default=16, metavar="B", help="requests per actor call; the engine "
+                   "packs them into forward passes (default 16)")
+
+
+def ray_config_from_args(args: argparse.Namespace):
+    """A :class:`~noulengine.distributed.RayConfig` from the Ray and engine flags (exit 2 on a bad
+    value or a missing ``ray`` extra, before anything starts)."""
+    from noulengine.distributed.ray_data import RayConfig, _require_ray
+
+    for name in ("actors", "ray_batch_size"):
+        if getattr(args, name) < 1:
+            print(f"error: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
+            raise SystemExit(2)
+    try:
+        _require_ray()
+    except ImportError as exc:
+        print(f"error: --ray: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    cls = _engine_config_cls()
+    kwargs = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+    model = kwargs.pop("model", None)
+    return RayConfig(address=args.ray_address, actors=args.actors, num_cpus=args.cpus_per_actor,
+                     num_gpus=args.gpus_per_actor, batch_size=args.ray_batch_size, model=model, engine_kwargs=kwargs)
+
+
 def _read_json_arg(value: str):
     """A JSON value given inline or as a path to a JSON file."""
     from noulengine.records.loader import _no_duplicate_keys, _reject_constant
@@ -191,7 +227,19 @@ def cmd_decide(args: argparse.Namespace) -> int:
         if not out_path.parent.is_dir():
             print(f"error: cannot write --output {args.output}: folder {out_path.parent} does not exist", file=sys.stderr)
             return 2
-    engine = engine_from_args(args)
+    ray_config = ray_config_from_args(args) if getattr(args, "ray", False) else None
+    if ray_config is not None and args.questions:
+        print("error: --ray takes --input FILE (a single request runs locally)", file=sys.stderr)
+        return 2
+    if ray_config is not None:
+        from noulengine.distributed.ray_data import decide_requests
+
+        decide = lambda items: decide_requests(items, ray_config)  # noqa: E731
+        chunk_size = max(1, len(lines))  # one Ray Dataset: the actors load the model once
+    else:
+        engine = engine_from_args(args)
+        decide = lambda items: [d.to_dict() for d in engine.decide_batch(items, progress=None)]  # noqa: E731
+        chunk_size = args.chunk
     if args.questions:
         request = {"state": state, "questions": questions}
         decision = engine.decide_batch([request])[0]
@@ -202,8 +250,8 @@ def cmd_decide(args: argparse.Namespace) -> int:
     first_line_of_id: dict = {}  # a repeated id would make the output rows ambiguous to join on
     bar = tqdm(total=len(lines), unit="req", file=sys.stderr, disable=args.no_progress)
     try:
-        for start in range(0, len(lines), args.chunk):
-            chunk = lines[start:start + args.chunk]
+        for start in range(0, len(lines), chunk_size):
+            chunk = lines[start:start + chunk_size]
             items, rows = [], []
             for n, text in chunk:
                 if isinstance(text, RecordError):  # not UTF-8
@@ -222,10 +270,10 @@ def cmd_decide(args: argparse.Namespace) -> int:
                         continue
                 items.append(item)
                 rows.append((n, None))
-            decisions = iter(engine.decide_batch(items, progress=None))
+            decisions = iter(decide(items))
             for n, err in rows:
                 row = {"line": n, "id": err.get("record_id"), "answers": {}, "usage": {"input_tokens": 0},
-                       "latency_s": 0.0, "error": err} if err else {"line": n, **next(decisions).to_dict()}
+                       "latency_s": 0.0, "error": err} if err else {"line": n, **next(decisions)}
                 if row["error"]:
                     n_err += 1
                     if row["error"].get("line") is None:
@@ -281,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk", type=int, default=256, help="requests handed to the engine at a time")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_engine_args(p)
+    add_ray_args(p)
     p.set_defaults(func=cmd_decide)
     for name, (_module, help_text) in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from noulengine.cli import add_engine_args
+    from noulengine.cli import add_engine_args, add_ray_args
 
     p = argparse.ArgumentParser(prog="python -m noulengine.eval",
                                 description="Evaluate a model on pinned benchmark suites.")
@@ -26,20 +26,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk", type=int, default=64, help="requests handed to the engine at a time")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-plots", action="store_true", help="skip the reliability diagrams (no matplotlib needed)")
+    shard = p.add_argument_group("sharding (docs/evaluation.md#sharded-runs)")
+    shard.add_argument("--workers", type=int, metavar="N", help="split every selected suite into N shares by a stable "
+                       "hash of the row id")
+    shard.add_argument("--worker", type=int, metavar="R", help="run share R (0..N-1) into OUTPUT/worker-R/")
+    shard.add_argument("--merge", action="store_true", help="check the N worker runs in OUTPUT and write the merged "
+                       "run there (no model is loaded)")
     add_engine_args(p)
+    add_ray_args(p)
     return p
 
 
-def _run_key(args, engine) -> dict:
-    """What must match for a run folder to be resumed."""
+def _run_key(args, engine, tasks) -> dict:
+    """What must match for a run folder to be resumed (and, for worker runs, to be merged)."""
     d = engine.describe()
-    return {"suite": args.suite, "model_sha256": (d["model"] or {}).get("sha256"), "readout": args.readout,
-            "debias": args.debias, "calibration": args.calibration, "dtype": d["dtype"],
-            "limit": args.limit, "sample": args.sample, "seed": args.seed}
+    key = {"suite": args.suite, "model_sha256": (d["model"] or {}).get("sha256"), "readout": args.readout,
+           "debias": args.debias, "calibration": args.calibration, "dtype": d["dtype"],
+           "limit": args.limit, "sample": args.sample, "seed": args.seed}
+    if args.workers is not None:
+        key.update({"tasks": tasks, "worker": args.worker, "workers": args.workers})
+    return key
+
+
+def _merge(args) -> int:
+    from noulengine.eval.report import write_outputs
+    from noulengine.eval.shards import ShardMergeError, merge_runs
+    from noulengine.eval.suites.errors import SuiteError
+
+    if args.workers is None or args.worker is not None:
+        print("error: --merge takes --workers N (the number of worker runs) and no --worker", file=sys.stderr)
+        return 2
+    out = Path(args.output)
+    try:
+        results, meta = merge_runs(out, args.workers, source=args.source, plots=not args.no_plots)
+    except (ShardMergeError, SuiteError) as exc:
+        print(f"error: cannot merge {out}: {exc}", file=sys.stderr)
+        return 2
+    meta["command"] = "python -m noulengine.eval " + " ".join(sys.argv[1:])
+    metrics = write_outputs(results, out, meta)
+    print((out / "report.md").read_text())
+    print(f"merged {args.workers} worker runs; wrote {out}/ (report.md, metrics.json, run.json, predictions.jsonl)")
+    failed = [n for n, m in metrics.items() if m["status"] not in ("ready", "preparable", "unavailable")]
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    from noulengine.cli import engine_from_args
+    from noulengine.cli import engine_from_args, ray_config_from_args
     from noulengine.eval.report import (git_revision, invocation_totals, library_versions, previous_invocations,
                                         throughput, write_outputs)
     from noulengine.eval.runner import EvalConfig, run_eval
@@ -47,7 +79,23 @@ def main(argv: list[str] | None = None) -> int:
     from noulengine.eval.suites.errors import SuiteError
     from noulengine.metrics.reliability import require_matplotlib
 
+    from noulengine.eval.shards import check_shard_args, suite_pins, worker_dir
+    from noulengine.eval.suites import get_suite
+
     args = build_parser().parse_args(argv)
+    if args.merge:
+        if not args.no_plots:
+            try:
+                require_matplotlib()
+            except ImportError as exc:
+                print(f"error: {exc}; or pass --no-plots", file=sys.stderr)
+                return 2
+        return _merge(args)
+    try:
+        check_shard_args(args.worker, args.workers)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     try:
         expand_tasks(tasks, collection=args.suite)  # unknown names fail before the model loads
@@ -59,12 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"error: {exc}; or pass --no-plots", file=sys.stderr)
         return 2
-    out = Path(args.output)
+    ray_config = ray_config_from_args(args) if args.ray else None
+    out = Path(args.output) if args.workers is None else worker_dir(args.output, args.worker)
     revision = git_revision()  # the code that runs is the code checked out now, not at the end
     t_load = time.perf_counter()
     engine = engine_from_args(args)
     load_s = time.perf_counter() - t_load
-    key = _run_key(args, engine)
+    key = _run_key(args, engine, tasks)
     key_path = out / "run_key.json"
     if key_path.is_file() and (out / "predictions.jsonl").is_file():
         old = json.loads(key_path.read_text())
@@ -77,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     key_path.write_text(json.dumps(key, indent=2) + "\n")
     cfg = EvalConfig(suite=args.suite, tasks=tasks, limit=args.limit, sample=args.sample, seed=args.seed,
                      output=str(out), chunk=args.chunk, source=args.source, progress=not args.no_progress,
-                     plots=not args.no_plots)
+                     plots=not args.no_plots, worker=args.worker, workers=args.workers, ray=ray_config)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     previous = previous_invocations(out / "run.json")
     t0 = time.perf_counter()
@@ -90,7 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"suite": args.suite, "tasks": [r.name for r in results], "git_revision": revision,
             **({"git_revision_at_end": revision_at_end} if revision_at_end != revision else {}),
             "engine": engine.describe(), "versions": library_versions(),
-            "selection": {"limit": args.limit, "sample": args.sample, "seed": args.seed},
+            "selection": {"limit": args.limit, "sample": args.sample, "seed": args.seed,
+                          **({"worker": args.worker, "workers": args.workers} if args.workers is not None else {})},
+            "suite_sha256": {r.name: suite_pins(get_suite(r.name)) for r in results if r.status == "ready"},
+            **({"ray": {"address": ray_config.address, "actors": ray_config.actors, "cpus_per_actor": ray_config.num_cpus,
+                        "gpus_per_actor": ray_config.num_gpus, "batch_size": ray_config.batch_size}}
+               if ray_config is not None else {}),
             "model_load_s": load_s, "wall_s": time.perf_counter() - t0,
             "command": "python -m noulengine.eval " + " ".join(argv if argv is not None else sys.argv[1:])}
     meta["throughput"] = throughput(results)

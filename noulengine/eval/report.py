@@ -70,10 +70,16 @@ GLOSSARY = [
 def _selection_text(selection: dict | None) -> str:
     sel = selection or {}
     if sel.get("sample") is not None:
-        return f"a fixed-seed sample of {sel['sample']} rows per suite (seed {sel.get('seed', 0)})"
-    if sel.get("limit") is not None:
-        return f"the first {sel['limit']} rows of each suite"
-    return "every row"
+        text = f"a fixed-seed sample of {sel['sample']} rows per suite (seed {sel.get('seed', 0)})"
+    elif sel.get("limit") is not None:
+        text = f"the first {sel['limit']} rows of each suite"
+    else:
+        text = "every row"
+    if sel.get("workers") is not None:
+        text += f"; worker {sel['worker']}'s share of {sel['workers']} (by a hash of the row id)"
+    if sel.get("merged_workers") is not None:
+        text += f"; merged from {sel['merged_workers']} worker runs"
+    return text
 
 
 def previous_invocations(run_json: Path) -> list[dict]:
@@ -171,6 +177,8 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
     for inv in meta.get("invocations") or [{"throughput": meta["throughput"]}]:
         t = inv["throughput"]
         when = f"{inv['started']} (git `{inv.get('git_revision') or 'unknown'}`): " if inv.get("started") else ""
+        if inv.get("worker") is not None:
+            when = f"worker {inv['worker']}" + (f", {when}" if when else ": ")
         if not t["requests"]:
             lines.append(f"- {when}no new requests (every row was already predicted; resumed).")
             continue

@@ -4,7 +4,9 @@ Protocol, per task:
 
 1. look the suite up in the registry; report it ``unavailable`` (never scored 0) when its data
    is absent, and refuse it when a prepared file's sha256 differs from its manifest;
-2. select rows (``--sample N --seed S`` draws a fixed-seed sample, ``--limit N`` the first N);
+2. select rows (``--sample N --seed S`` draws a fixed-seed sample, ``--limit N`` the first N;
+   ``--worker R --workers N`` then keeps the worker's share, by a stable hash of the row id,
+   :mod:`noulengine.eval.shards`);
 3. run the engine on the rows not yet in ``predictions.jsonl`` (an interrupted run resumes with
    no lost or duplicated rows; a per-record failure is written as an error row);
 4. score every selected row with :class:`noulengine.metrics.Scorer` (errors count in coverage).
@@ -18,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from noulengine.eval.shards import shard_rows
 from noulengine.eval.suites import expand_tasks, get_suite, limit_rows, sample_rows
 
 
@@ -34,6 +37,10 @@ class EvalConfig:
         output: the run folder (predictions, metrics, report, plots, metadata).
         chunk: requests handed to the engine at a time (predictions are appended per chunk).
         plots: draw one reliability diagram per suite (needs matplotlib, ``noulengine[plots]``).
+        worker, workers: run only worker ``worker``'s share of ``workers`` (both None: every row).
+        ray: a :class:`~noulengine.distributed.RayConfig` to run inference on Ray Data actors
+            (None: the local engine). Each suite's remaining rows are one Ray Dataset; rows are
+            appended as batches finish, so an interrupted Ray run resumes like a local one.
     """
 
     suite: str = "accuracy-v1"
@@ -46,6 +53,20 @@ class EvalConfig:
     source: str | None = None
     progress: bool = True
     plots: bool = True
+    worker: int | None = None
+    workers: int | None = None
+    ray: object | None = None
+
+
+def selected_rows(name: str, rows, config: EvalConfig):
+    """The rows of suite ``name`` a run scores: ``sample``, then ``limit``, then the worker's share."""
+    if config.sample is not None:
+        rows = sample_rows(rows, config.sample, seed=config.seed)
+    if config.limit is not None:
+        rows = limit_rows(rows, config.limit)
+    if config.workers is not None:
+        rows = shard_rows(name, rows, config.worker, config.workers)
+    return rows
 
 
 @dataclass
@@ -98,8 +119,6 @@ def run_eval(engine, config: EvalConfig) -> list[TaskResult]:
     """
     from tqdm import tqdm
 
-    from noulengine.metrics import Scorer
-
     out_dir = Path(config.output)
     out_dir.mkdir(parents=True, exist_ok=True)
     pred_path = out_dir / "predictions.jsonl"
@@ -127,10 +146,7 @@ def run_eval(engine, config: EvalConfig) -> list[TaskResult]:
                 continue
             rows = suite.load(source=config.source)  # prepares if needed, verifies the sha256 first
             res.status, res.reason = "ready", ""
-            if config.sample is not None:
-                rows = sample_rows(rows, config.sample, seed=config.seed)
-            if config.limit is not None:
-                rows = limit_rows(rows, config.limit)
+            rows = selected_rows(name, rows, config)
             for _, rec in rows:
                 rec.metadata["suite"] = name
             todo = [(i, rec) for i, rec in rows if (name, i) not in done]
@@ -138,11 +154,9 @@ def run_eval(engine, config: EvalConfig) -> list[TaskResult]:
             t0 = time.perf_counter()
             bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc=name, unit="req",
                        disable=not config.progress)
-            for start in range(0, len(todo), config.chunk):
-                part = todo[start:start + config.chunk]
-                decisions = engine.decide_batch([rec.request for _, rec in part])
-                for (i, rec), dec in zip(part, decisions):
-                    row = {"suite": name, "row": i, **dec.to_dict()}
+            for part in _predictions(engine, todo, config):
+                for (i, rec), decision in part:
+                    row = {"suite": name, "row": i, **decision}
                     sink.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
                     done[(name, i)] = row
                     # throughput covers only what this invocation ran, never resumed rows
@@ -155,19 +169,50 @@ def run_eval(engine, config: EvalConfig) -> list[TaskResult]:
             bar.close()
             res.seconds = time.perf_counter() - t0
             res.new_predictions = len(todo)
-            scorer = Scorer()
-            for i, rec in rows:
-                scorer.update(rec, done[(name, i)])
-            res.metrics = scorer.compute()
-            predictions = [done[(name, i)] for i, _ in rows]
-            records = [rec for _, rec in rows]
-            res.metrics["flip_rate"] = _mean_flip_rate(predictions)
-            res.metrics["x_mass"] = candidate_mass(predictions)
-            res.metrics["duplicate_ids"] = repeated_ids(records)
-            res.metrics["warnings"] += suite_warnings(res.metrics)
-            res.slot_labels = shared_slot_labels(records)
-            res.metrics["reliability"] = _reliability(scorer, out_dir, name) if config.plots else None
+            score_task(res, rows, done, out_dir, plots=config.plots)
     return results
+
+
+def _predictions(engine, todo, config: EvalConfig):
+    """Yield lists of ``((row, record), Decision.to_dict())``: local chunks of ``config.chunk``
+    requests, or, with ``config.ray``, each Ray batch as it finishes (one Dataset per suite)."""
+    if config.ray is not None:
+        from noulengine.distributed.ray_data import iter_decisions
+
+        part = []
+        for idx, decision in iter_decisions([rec.request for _, rec in todo], config.ray):
+            part.append((todo[idx], decision))
+            if len(part) >= config.chunk:
+                yield part
+                part = []
+        if part:
+            yield part
+        return
+    for start in range(0, len(todo), config.chunk):
+        chunk = todo[start:start + config.chunk]
+        decisions = engine.decide_batch([rec.request for _, rec in chunk])
+        yield [(item, dec.to_dict()) for item, dec in zip(chunk, decisions)]
+
+
+def score_task(res: TaskResult, rows, done: dict, out_dir: Path, *, plots: bool) -> None:
+    """Score one suite's ``rows`` from ``done`` predictions into ``res`` (metrics, slot labels, the
+    reliability diagram); the one scoring path for a run and for a merge of worker runs."""
+    from noulengine.metrics import Scorer
+
+    name = res.name
+    res.rows = len(rows)
+    scorer = Scorer()
+    for i, rec in rows:
+        scorer.update(rec, done[(name, i)])
+    res.metrics = scorer.compute()
+    predictions = [done[(name, i)] for i, _ in rows]
+    records = [rec for _, rec in rows]
+    res.metrics["flip_rate"] = _mean_flip_rate(predictions)
+    res.metrics["x_mass"] = candidate_mass(predictions)
+    res.metrics["duplicate_ids"] = repeated_ids(records)
+    res.metrics["warnings"] += suite_warnings(res.metrics)
+    res.slot_labels = shared_slot_labels(records)
+    res.metrics["reliability"] = _reliability(scorer, out_dir, name) if plots else None
 
 
 X_MASS_WARN = 0.01  # median candidate mass under which a suite is flagged

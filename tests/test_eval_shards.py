@@ -1,0 +1,146 @@
+"""Sharded evaluation (issue #12): stable shares, and a merge that checks before it writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+
+from noulengine import Engine
+from noulengine.eval.shards import shard_of
+from tests.conftest import SHARED_DATA
+
+needs_data = pytest.mark.skipif(not (SHARED_DATA / "agnews" / "test.csv").is_file(), reason="shared data not present")
+TASKS = "agnews,typed_decisions,jevbench_easy,toolace"
+
+
+def test_shares_are_stable_balanced_and_keyed_by_id_not_position():
+    # pinned: a change to the share function would silently re-deal every resumed worker run
+    assert [shard_of("agnews", f"id-{i}", i, 4) for i in range(8)] == [
+        shard_of("agnews", f"id-{i}", 999, 4) for i in range(8)]  # the position does not matter
+    assert shard_of("agnews", None, 5, 3) == shard_of("agnews", None, 5, 3)
+    assert shard_of("agnews", None, 5, 3) == int(__import__("hashlib").sha256(b"agnews\n#5").hexdigest()[:16], 16) % 3
+    counts = [0, 0, 0]
+    for i in range(3000):
+        counts[shard_of("agnews", f"row-{i}", i, 3)] += 1
+    assert all(900 <= c <= 1100 for c in counts), counts
+    assert all(shard_of("s", f"x{i}", i, 1) == 0 for i in range(50))
+
+
+@pytest.fixture()
+def run_main(tiny_llama, tiny_tokenizer, monkeypatch):
+    """``python -m noulengine.eval`` with the tiny model; one request per forward pass so a row's
+    logits do not depend on which rows share its batch (the merged and single runs then hold
+    identical predictions, and the metrics must agree exactly)."""
+    from noulengine import cli
+    from noulengine.eval.__main__ import main
+
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer, max_batch_size=1)
+    monkeypatch.setattr(cli, "engine_from_args", lambda args: engine)
+    return lambda argv: main(argv + ["--no-progress", "--no-plots"])
+
+
+def _close(a, b, path=""):
+    if isinstance(a, float) or isinstance(b, float):
+        if a is None or b is None or (isinstance(a, float) and math.isnan(a)):
+            assert a == b, path
+        else:
+            assert abs(a - b) <= 1e-9, (path, a, b)
+    elif isinstance(a, dict):
+        assert set(a) == set(b), path
+        for k in a:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, (path, a, b)
+
+
+@needs_data
+def test_merged_run_equals_the_single_run(run_main, tmp_path, capsys):
+    single, sharded = tmp_path / "single", tmp_path / "sharded"
+    assert run_main(["--tasks", TASKS, "--limit", "7", "--output", str(single)]) == 0
+    for r in range(3):
+        assert run_main(["--tasks", TASKS, "--limit", "7", "--output", str(sharded), "--worker", str(r),
+                         "--workers", "3"]) == 0
+    sizes = [len((sharded / f"worker-{r}" / "predictions.jsonl").read_text().splitlines()) for r in range(3)]
+    assert sum(sizes) == 28 and all(sizes)  # 4 suites x 7 rows, split three ways
+    capsys.readouterr()
+    assert run_main(["--merge", "--workers", "3", "--output", str(sharded)]) == 0
+    assert "merged 3 worker runs" in capsys.readouterr().out
+    a = json.loads((single / "metrics.json").read_text())
+    b = json.loads((sharded / "metrics.json").read_text())
+    _close(a, b)
+    rows_a = [json.loads(x) for x in (single / "predictions.jsonl").read_text().splitlines()]
+    rows_b = [json.loads(x) for x in (sharded / "predictions.jsonl").read_text().splitlines()]
+    key = lambda r: (r["suite"], r["row"])  # noqa: E731
+    assert sorted(map(key, rows_a)) == sorted(map(key, rows_b)) and len(rows_b) == 28
+    by_key = {key(r): r["answers"] for r in rows_a}
+    assert all(by_key[key(r)] == r["answers"] for r in rows_b)  # bit-identical answers
+    report = (sharded / "report.md").read_text()
+    assert "merged from 3 worker runs" in report and "worker 2" in report
+    run = json.loads((sharded / "run.json").read_text())
+    assert run["merged_workers"] == 3 and run["totals"]["requests"] == 28
+
+
+@needs_data
+def test_merge_refuses_what_does_not_add_up(run_main, tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["--tasks", "agnews,jevbench_easy", "--limit", "6", "--output", str(out), "--workers", "2"]
+    assert run_main(argv + ["--worker", "0"]) == 0
+    capsys.readouterr()
+
+    def merge_error():
+        assert run_main(["--merge", "--workers", "2", "--output", str(out)]) == 2
+        return capsys.readouterr().err
+
+    assert "worker 1: no run folder" in merge_error()
+    assert run_main(argv + ["--worker", "1"]) == 0
+    w1 = out / "worker-1"
+    pred = w1 / "predictions.jsonl"
+    good = pred.read_text()
+
+    pred.write_text("".join(good.splitlines(keepends=True)[:-1]))  # an unfinished worker
+    err = merge_error()
+    assert "worker 1 has not finished suite" in err and "1 of its" in err
+
+    stranger = (out / "worker-0" / "predictions.jsonl").read_text().splitlines(keepends=True)[0]
+    pred.write_text(good + stranger)  # a row of worker 0's share
+    assert "outside its share" in merge_error()
+
+    pred.write_text(good + good.splitlines(keepends=True)[0])
+    assert "predicted twice" in merge_error()
+    pred.write_text(good)
+
+    key = json.loads((w1 / "run_key.json").read_text())
+    (w1 / "run_key.json").write_text(json.dumps({**key, "readout": "label-sequence"}))
+    assert "readout: worker 0 has 'auto', worker 1 has 'label-sequence'" in merge_error()
+    (w1 / "run_key.json").write_text(json.dumps(key))
+
+    run = json.loads((w1 / "run.json").read_text())
+    (w1 / "run.json").write_text(json.dumps({**run, "git_revision": "0123abc"}))
+    assert "code revision" in merge_error()
+    (w1 / "run.json").write_text(json.dumps(run))
+
+    shutil.copytree(w1, out / "worker-1-copy")
+    # an unrelated folder beside the workers is ignored; with the files restored every check passes
+    assert run_main(["--merge", "--workers", "2", "--output", str(out)]) == 0
+    # a worker stopped early resumes in its own folder, and the merge then passes
+    pred.write_text("".join(good.splitlines(keepends=True)[:-2]))
+    assert run_main(argv + ["--worker", "1"]) == 0
+    answers = lambda text: sorted((r["suite"], r["row"], json.dumps(r["answers"])) for r in map(json.loads, text.splitlines()))  # noqa: E731
+    assert answers(pred.read_text()) == answers(good)
+    assert run_main(["--merge", "--workers", "2", "--output", str(out)]) == 0
+
+
+def test_shard_flags_go_together(run_main, capsys):
+    assert run_main(["--worker", "1"]) == 2
+    assert "--worker and --workers go together" in capsys.readouterr().err
+    assert run_main(["--worker", "3", "--workers", "3"]) == 2
+    assert "0..2" in capsys.readouterr().err
+    assert run_main(["--merge", "--output", "x"]) == 2
+    assert "--merge takes --workers" in capsys.readouterr().err
