@@ -40,7 +40,8 @@ from noulengine.engine.decision import make_answer
 from noulengine.records.schema import Request
 
 DATA = Path(os.environ.get("NOULENGINE_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
-VARIANTS = ("naive", "batched", "engine")
+# engine_tree: the engine with its linear causal path off (every request through the tree mask)
+VARIANTS = ("naive", "batched", "engine", "engine_tree")
 
 # Random-weight model configs at realistic sizes (values copied from the public configs).
 MODEL_CONFIGS = {
@@ -372,6 +373,7 @@ def measure_workload(engine, wl: Workload, *, reps: int, device, n_params: int, 
     tokens = {"naive": sum(len(p.ids) for it in wl.items for p in it.prompts),
               "batched": sum(len(p.ids) for it in wl.items for p in it.prompts),
               "engine": sum(it.compiled.input_tokens for it in wl.items)}
+    tokens["engine_tree"] = tokens["engine"]
 
     def run(variant, items):
         if variant == "naive":
@@ -384,9 +386,12 @@ def measure_workload(engine, wl: Workload, *, reps: int, device, n_params: int, 
             from noulengine.engine.flex_attention import use_flex_attention
 
             use_flex_attention(engine, True)
+        causal = engine.config.causal_path
+        engine.config.causal_path = causal and variant == "engine"
         try:
             ans, lat, share = run_engine(engine, items)
         finally:
+            engine.config.causal_path = causal
             if attn == "flex":
                 use_flex_attention(engine, False)
         return ans, lat, {"padding_share": share}
@@ -400,7 +405,8 @@ def measure_workload(engine, wl: Workload, *, reps: int, device, n_params: int, 
     extra: dict = {v: {} for v in VARIANTS}
     answers = {}
     for rep in range(reps):
-        order = VARIANTS[rep % 3:] + VARIANTS[:rep % 3]  # interleaved, rotating order
+        k = rep % len(VARIANTS)
+        order = VARIANTS[k:] + VARIANTS[:k]  # interleaved, rotating order
         for v in order:
             with PeakMemory(device) as pm:
                 _sync(device)
@@ -427,9 +433,11 @@ def measure_workload(engine, wl: Workload, *, reps: int, device, n_params: int, 
     out["decisions_per_s"] = e["engine"]["decisions_per_s"]
     out["ratio_vs_naive"] = e["engine"]["decisions_per_s"] / e["naive"]["decisions_per_s"]
     out["ratio_vs_batched"] = e["engine"]["decisions_per_s"] / e["batched"]["decisions_per_s"]
+    out["ratio_vs_tree_path"] = e["engine"]["decisions_per_s"] / e["engine_tree"]["decisions_per_s"]
     out["padding_share"] = e["engine"].get("padding_share", 0.0)
     out["max_prob_diff"] = max(max_prob_diff(answers["engine"], answers["naive"]),
                                max_prob_diff(answers["engine"], answers["batched"]),
+                               max_prob_diff(answers["engine"], answers["engine_tree"]),
                                max_prob_diff(answers["naive"], answers["batched"]))
     return out
 
@@ -477,10 +485,11 @@ def markdown(result: dict) -> str:
                          f"{m['peak_memory_bytes'] / 2**20:.0f} | {100 * m['share_of_matmul_peak']:.1f} | "
                          f"{ratio_n:.2f}x | {ratio_b:.2f}x |")
     lines.append("")
-    lines.append("| workload | max prob diff | engine padding share |")
-    lines.append("|---|---|---|")
+    lines.append("| workload | max prob diff | engine padding share | engine vs engine_tree |")
+    lines.append("|---|---|---|---|")
     for w in result["workloads"]:
-        lines.append(f"| {w['name']} | {w['max_prob_diff']:.2e} | {w['padding_share']:.3f} |")
+        lines.append(f"| {w['name']} | {w['max_prob_diff']:.2e} | {w['padding_share']:.3f} | "
+                     f"{w['ratio_vs_tree_path']:.2f}x |")
     c = result["cost_by_questions"]
     lines += ["", "| questions on one state (engine, one request) | seconds | tokens | time vs 1q | tokens vs 1q |",
               "|---|---|---|---|---|"]

@@ -67,8 +67,9 @@ def test_non_embedding_params_counts_tied_head_once(tiny_llama):
 def test_markdown_renders():
     v = {"decisions_per_s": 2.0, "requests_per_s": 1.0, "tokens_per_s": 100.0, "latency_p50_s": 0.5,
          "latency_p95_s": 0.9, "peak_memory_bytes": 2 ** 30, "share_of_matmul_peak": 0.25}
-    result = {"workloads": [{"name": "w", "variants": {"naive": v, "batched": v, "engine": v}, "max_prob_diff": 1e-6,
-                             "padding_share": 0.1}],
+    tree = {**v, "decisions_per_s": 1.6}
+    result = {"workloads": [{"name": "w", "variants": {"naive": v, "batched": v, "engine": v, "engine_tree": tree},
+                             "max_prob_diff": 1e-6, "padding_share": 0.1, "ratio_vs_tree_path": 1.25}],
               "cost_by_questions": {"counts": {1: {"seconds": 0.8, "tokens": 5, "time_ratio": 1.0, "token_ratio": 1.0},
                                                16: {"seconds": 1.0, "tokens": 10, "time_ratio": 1.25,
                                                     "token_ratio": 2.0},
@@ -79,6 +80,7 @@ def test_markdown_renders():
               "non_embedding_params": 1e8, "weights": "pretrained"}
     table = markdown(result)
     assert "| w | engine | 2.00 |" in table and "| 16 | 1.000 | 10 | 1.25x | 2.00x |" in table
+    assert "| w | engine_tree | 1.60 |" in table and "| 0.100 | 1.25x |" in table
     assert "| 32 | 1.200 | 15 | 1.50x | 3.00x |" in table and "12.5 ms" in table
 
 

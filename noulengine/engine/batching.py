@@ -18,7 +18,9 @@ class Batch:
         input_ids: (B, L) int64.
         position_ids: (B, L) int64 tree depths (0 on padding).
         mask: (B, 1, L, L) bool, True = may attend. Padding rows attend to themselves only, so
-            no row is ever fully masked (no NaN).
+            no row is ever fully masked (no NaN). None for a causal batch (every request
+            linear, right-padded): the model's own causal attention runs with no dense mask,
+            and no real token can see a pad, which all come after it.
         max_position: the largest position id + 1 in the batch (for sliding-window masks).
         real_tokens: tokens that are not padding.
     """
@@ -26,8 +28,13 @@ class Batch:
     indices: list[int]
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    mask: torch.Tensor
+    mask: torch.Tensor | None
     real_tokens: int
+
+    @property
+    def causal(self) -> bool:
+        """True for a batch run through the model's own causal attention (``mask`` is None)."""
+        return self.mask is None
 
     @property
     def padded_tokens(self) -> int:
@@ -72,20 +79,35 @@ def plan_batches(lengths: list[int], *, batch_tokens: int, max_batch_size: int =
     return batches
 
 
-def collate(requests: list[CompiledRequest], indices: list[int], *, pad_id: int = 0) -> Batch:
-    """Pad the selected compiled requests into one :class:`Batch` (CPU tensors)."""
+def collate(requests: list[CompiledRequest], indices: list[int], *, pad_id: int = 0, causal: bool = False) -> Batch:
+    """Pad the selected compiled requests into one :class:`Batch` (CPU tensors).
+
+    Args:
+        causal: build a causal batch (no dense mask; see :attr:`Batch.mask`). Every selected
+            request must be linear (:attr:`CompiledRequest.is_linear`).
+
+    Raises:
+        ValueError: ``causal`` with a request that is not linear.
+    """
     rows = [requests[i] for i in indices]
     b, width = len(rows), max(r.input_tokens for r in rows)
     input_ids = torch.full((b, width), pad_id, dtype=torch.long)
     position_ids = torch.zeros((b, width), dtype=torch.long)
-    mask = torch.zeros((b, 1, width, width), dtype=torch.bool)
-    diag = torch.arange(width)
-    mask[:, 0, diag, diag] = True  # padding attends to itself: never an all-masked row
+    if causal:
+        bad = [i for i, r in zip(indices, rows) if not r.is_linear]
+        if bad:
+            raise ValueError(f"causal batch with non-linear requests at {bad}: their trees need the tree mask")
+        mask = None
+    else:
+        mask = torch.zeros((b, 1, width, width), dtype=torch.bool)
+        diag = torch.arange(width)
+        mask[:, 0, diag, diag] = True  # padding attends to itself: never an all-masked row
     real = 0
     for row, r in enumerate(rows):
         n = r.input_tokens
         real += n
         input_ids[row, :n] = torch.tensor(r.token_ids, dtype=torch.long)
         position_ids[row, :n] = torch.tensor(r.position_ids, dtype=torch.long)
-        mask[row, 0, :n, :n] = r.attention_mask()
+        if mask is not None:
+            mask[row, 0, :n, :n] = r.attention_mask()
     return Batch(indices=list(indices), input_ids=input_ids, position_ids=position_ids, mask=mask, real_tokens=real)

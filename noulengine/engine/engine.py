@@ -51,6 +51,8 @@ class EngineConfig:
         use_chat_template: None uses the model's chat template when it has one.
         symbols_fallback: with readout symbols, read questions with more options than symbols by label-sequence (None: only for a trained model read with its own readout).
         attn_implementation: ``sdpa`` (default) or ``eager``.
+        causal_path: run linear requests (one question, one view, no label-sequence candidates)
+            through the model's own causal attention, with no dense tree mask; false runs every request through the tree path (the reference).
     """
 
     model: str | None = None
@@ -65,6 +67,7 @@ class EngineConfig:
     use_chat_template: bool | None = None
     symbols_fallback: bool | None = None
     attn_implementation: str = "sdpa"
+    causal_path: bool = True
 
 
 def _error_dict(exc: Exception, record_id=None) -> dict:
@@ -243,14 +246,22 @@ class Engine:
         """Forward passes; returns per request ``(per-question (V, K) log-probs, batch seconds)``."""
         budget = batch_tokens or self.config.batch_tokens
         out: list[Any] = [None] * len(compiled)
-        plans = plan_batches([c.input_tokens for c in compiled], batch_tokens=budget,
-                             max_batch_size=self.config.max_batch_size)
+        # Linear requests and tree requests are planned apart: a batch is either causal (the
+        # model's own attention) or a tree batch (dense tree mask), never a mix.
+        groups = {True: [], False: []}
+        for i, c in enumerate(compiled):
+            groups[bool(self.config.causal_path and c.is_linear)].append(i)
+        plans = []
+        for causal, members in groups.items():
+            for part in plan_batches([compiled[i].input_tokens for i in members], batch_tokens=budget,
+                                     max_batch_size=self.config.max_batch_size):
+                plans.append((causal, [members[j] for j in part]))
         self.last_padding_share = 0.0
         padded = real = 0
-        for indices in plans:
+        for causal, indices in plans:
             self._sync()
             t0 = time.perf_counter()
-            batch = collate(compiled, indices, pad_id=self.pad_id)
+            batch = collate(compiled, indices, pad_id=self.pad_id, causal=causal)
             hidden = self.runner.hidden_states(batch)
             with torch.inference_mode():
                 per_row = batch_candidate_logprobs(hidden, self.runner.head, compiled, indices)

@@ -97,7 +97,11 @@ class ModelRunner:
         input_ids = batch.input_ids.to(self.device, non_blocking=True)
         position_ids = batch.position_ids.to(self.device, non_blocking=True)
         mask = batch.mask
-        if self.attn_implementation == "flex_attention" and self.device.type == "cuda":
+        if batch.causal:
+            # Linear requests: the model's own causal path (fused causal attention, no dense mask;
+            # it builds its own sliding-window mask). Right padding: no real token sees a pad.
+            attention_mask = None
+        elif self.attn_implementation == "flex_attention" and self.device.type == "cuda":
             # CUDA only: a flex BlockMask skips the tiles a branch cannot see (CPU path unchanged).
             from noulengine.engine.flex_attention import runner_attention_mask
 
