@@ -40,7 +40,7 @@ from noulengine.engine.decision import make_answer
 from noulengine.records.schema import Request
 
 DATA = Path(os.environ.get("NOULENGINE_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
-# engine_tree: the engine with its linear causal path off (every request through the tree mask)
+# engine_tree: the engine with its causal path and prefix cache off (every request through the dense tree mask)
 VARIANTS = ("naive", "batched", "engine", "engine_tree")
 
 # Random-weight model configs at realistic sizes (values copied from the public configs).
@@ -386,12 +386,13 @@ def measure_workload(engine, wl: Workload, *, reps: int, device, n_params: int, 
             from noulengine.engine.flex_attention import use_flex_attention
 
             use_flex_attention(engine, True)
-        causal = engine.config.causal_path
+        causal, cached = engine.config.causal_path, engine.config.prefix_cache
         engine.config.causal_path = causal and variant == "engine"
+        engine.config.prefix_cache = cached and variant == "engine"
         try:
             ans, lat, share = run_engine(engine, items)
         finally:
-            engine.config.causal_path = causal
+            engine.config.causal_path, engine.config.prefix_cache = causal, cached
             if attn == "flex":
                 use_flex_attention(engine, False)
         return ans, lat, {"padding_share": share}

@@ -25,6 +25,7 @@ from noulengine.compile.layout import CompiledRequest
 from noulengine.engine.batching import collate, plan_batches
 from noulengine.engine.decision import Decision, make_answer
 from noulengine.engine.model_runner import ModelRunner, pick_device, pick_dtype
+from noulengine.engine.prefix_cache import prefix_cache_unsupported, prefix_cached_hidden
 from noulengine.engine.readout import batch_candidate_logprobs
 from noulengine.records.errors import NonFiniteLogitsError, NoulEngineError, RecordError, UnsupportedModalityError
 from noulengine.records.schema import Question, Request, request_from_json
@@ -53,6 +54,7 @@ class EngineConfig:
         attn_implementation: ``sdpa`` (default) or ``eager``.
         causal_path: run linear requests (one question, one view, no label-sequence candidates)
             through the model's own causal attention, with no dense tree mask; false runs every request through the tree path (the reference).
+        prefix_cache: run tree requests (several branches) with a prefix KV cache: the shared prefix prefilled once, then every branch as a batch against the cached keys and values (models without sliding-window layers; others keep the tree path).
     """
 
     model: str | None = None
@@ -68,6 +70,7 @@ class EngineConfig:
     symbols_fallback: bool | None = None
     attn_implementation: str = "sdpa"
     causal_path: bool = True
+    prefix_cache: bool = True
 
 
 def _error_dict(exc: Exception, record_id=None) -> dict:
@@ -248,27 +251,37 @@ class Engine:
         out: list[Any] = [None] * len(compiled)
         # Linear requests and tree requests are planned apart: a batch is either causal (the
         # model's own attention) or a tree batch (dense tree mask), never a mix.
-        groups = {True: [], False: []}
+        # Tree requests use the prefix KV cache one request at a time, where the model allows it.
+        cached_ok = self.config.prefix_cache and prefix_cache_unsupported(self.runner) is None
+        groups: dict[str, list[int]] = {"causal": [], "tree": [], "cached": []}
         for i, c in enumerate(compiled):
-            groups[bool(self.config.causal_path and c.is_linear)].append(i)
-        plans = []
-        for causal, members in groups.items():
+            kind = "causal" if self.config.causal_path and c.is_linear else ("cached" if cached_ok else "tree")
+            groups[kind].append(i)
+        plans = [("cached", [i]) for i in groups["cached"]]
+        for kind in ("causal", "tree"):
+            members = groups[kind]
             for part in plan_batches([compiled[i].input_tokens for i in members], batch_tokens=budget,
                                      max_batch_size=self.config.max_batch_size):
-                plans.append((causal, [members[j] for j in part]))
+                plans.append((kind, [members[j] for j in part]))
         self.last_padding_share = 0.0
         padded = real = 0
-        for causal, indices in plans:
+        for kind, indices in plans:
             self._sync()
             t0 = time.perf_counter()
-            batch = collate(compiled, indices, pad_id=self.pad_id, causal=causal)
-            hidden = self.runner.hidden_states(batch)
+            if kind == "cached":
+                with torch.inference_mode():
+                    hidden = prefix_cached_hidden(self.runner, compiled[indices[0]])
+                n_real = n_padded = compiled[indices[0]].input_tokens
+            else:
+                batch = collate(compiled, indices, pad_id=self.pad_id, causal=kind == "causal")
+                hidden = self.runner.hidden_states(batch)
+                n_real, n_padded = batch.real_tokens, batch.padded_tokens
             with torch.inference_mode():
                 per_row = batch_candidate_logprobs(hidden, self.runner.head, compiled, indices)
             self._sync()
             dt = time.perf_counter() - t0
-            padded += batch.padded_tokens
-            real += batch.real_tokens
+            padded += n_padded
+            real += n_real
             for row, idx in enumerate(indices):
                 out[idx] = (per_row[row], dt)
             if progress is not None:

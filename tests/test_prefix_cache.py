@@ -1,0 +1,61 @@
+"""The prefix KV cache path (issue #15) against the dense tree path, its reference."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from noulengine import Engine
+from noulengine.engine.batching import collate
+from noulengine.engine.prefix_cache import prefix_cache_unsupported, prefix_cached_hidden
+from tests.conftest import three_question_request
+
+
+def _engines(model, tokenizer, **kw):
+    cached = Engine.from_model(model, tokenizer, **kw)
+    tree = Engine.from_model(model, tokenizer, prefix_cache=False, causal_path=False, **kw)
+    return cached, tree
+
+
+@pytest.mark.parametrize("debias", ["none", "permute"])
+@pytest.mark.parametrize("readout", ["symbols", "label-token", "label-sequence", "auto"])
+def test_prefix_cache_equals_tree_path(tiny_llama, tiny_qwen2, tiny_tokenizer, readout, debias):
+    for model in (tiny_llama, tiny_qwen2):
+        cached, tree = _engines(model, tiny_tokenizer, readout=readout, debias=debias)
+        assert prefix_cache_unsupported(cached.runner) is None
+        requests = [three_question_request(), three_question_request(state="Short."),
+                    three_question_request(state={"events": ["login", "reset"] * 20})]
+        compiled = cached.compile(requests[2])
+        with torch.inference_mode():  # the hidden states themselves, every packed position
+            ref = tree.runner.hidden_states(collate([compiled], [0]))
+            got = prefix_cached_hidden(cached.runner, compiled)
+        assert got.shape == ref.shape and float((got - ref).abs().max()) <= 1e-5
+        for a, b in zip(cached.decide_batch(requests), tree.decide_batch(requests)):
+            for fld, x in a.answers.items():
+                assert max(abs(u - v) for u, v in zip(x.logprobs, b.answers[fld].logprobs)) <= 1e-5
+
+
+def test_cached_branches_stay_isolated(tiny_llama, tiny_tokenizer):
+    """Changing one branch leaves every other branch's answer bit-identical (they are separate rows)."""
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer)
+    a = three_question_request()
+    b = copy.deepcopy(a)
+    b["questions"]["risk"]["instructions"] = "How risky!"
+    da, db = engine.decide(a), engine.decide(b)
+    for fld in ("topic", "flag"):
+        assert da.answers[fld].logprobs == db.answers[fld].logprobs
+    assert da.answers["risk"].logprobs != db.answers["risk"].logprobs
+
+
+def test_sliding_window_models_keep_the_tree_path(tiny_gemma3, tiny_tokenizer, monkeypatch):
+    engine = Engine.from_model(tiny_gemma3, tiny_tokenizer)
+    assert "sliding-window" in prefix_cache_unsupported(engine.runner)
+    import noulengine.engine.engine as engine_module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the prefix cache path must not run for a sliding-window model")
+
+    monkeypatch.setattr(engine_module, "prefix_cached_hidden", refuse)
+    assert engine.decide(three_question_request()).ok
