@@ -105,6 +105,26 @@ def three_question_request(state="The server rejected 3 logins from a new countr
 
 
 @pytest.fixture(scope="session")
+def default_model_dir():
+    """The embedded default base model's converted directory; skipped when not installed."""
+    from noulengine.models.loading import ModelNotFoundError, resolve_model
+
+    try:
+        directory, _ = resolve_model(None)
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+    return directory
+
+
+@pytest.fixture(scope="session")
+def default_tokenizer(default_model_dir):
+    """The embedded default model's tokenizer (SmolLM2)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(default_model_dir), local_files_only=True)
+
+
+@pytest.fixture(scope="session")
 def default_engine():
     """The real embedded default model (SmolLM2-135M-Instruct); skipped when not installed."""
     from noulengine.models.loading import ModelNotFoundError

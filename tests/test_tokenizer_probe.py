@@ -13,7 +13,7 @@ import shutil
 import pytest
 
 from noulengine.compile import Compiler, CompilerConfig
-from noulengine.models.loading import DEFAULT_TOKENIZER_PROBE_IDS, load_model, resolve_model
+from noulengine.models.loading import DEFAULT_TOKENIZER_PROBE_IDS, load_model
 from noulengine.models.tokenizer_probe import PROBE_TEXT, check_probe, probe_ids
 from noulengine.records import TokenizerError
 
@@ -21,14 +21,8 @@ WEIGHT_AND_CONFIG = ("config.json", "generation_config.json", "model.safetensors
 
 
 @pytest.fixture(scope="module")
-def default_dir():
-    from noulengine.models.loading import ModelNotFoundError
-
-    try:
-        directory, _ = resolve_model(None)
-    except ModelNotFoundError as exc:
-        pytest.skip(str(exc))
-    return directory
+def default_dir(default_model_dir):
+    return default_model_dir
 
 
 @pytest.fixture(scope="module")
