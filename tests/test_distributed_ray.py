@@ -137,3 +137,18 @@ def test_eval_on_ray_writes_what_a_local_run_writes(cluster, model_dir, tmp_path
     assert a == b
     run = json.loads((tmp_path / "ray" / "run.json").read_text())
     assert run["ray"]["actors"] == 2
+
+
+def test_ray_flags_are_checked_before_anything_starts(tmp_path, capsys):
+    from noulengine.cli import main
+
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"id": "r0", **three_question_request()}) + "\n")
+    out = tmp_path / "out.jsonl"
+    for extra, message in ((["--model", str(tmp_path / "nope")], "not found"),
+                           (["--cpus-per-actor", "0"], "--cpus-per-actor must be > 0"),
+                           (["--gpus-per-actor", "-1"], "--gpus-per-actor >= 0")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["decide", "--input", str(src), "--output", str(out), "--ray", *extra])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
+        assert not out.exists()

@@ -190,3 +190,13 @@ def test_score_a_sample_or_the_predicted_rows_only(tiny_llama, tiny_tokenizer, t
     assert out.startswith("| suite | rows scored | rows missing |") and "| jevbench_easy | 3 | 0 |" in out
     assert score_main(["--suite", "jevbench_easy", "--predictions", str(pred), "--predicted-only", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows_missing"] == 45
+
+
+def test_report_warns_when_the_model_was_trained_on_other_prompts(tmp_path):
+    meta = {"suite": "accuracy-v1", "git_revision": None, "selection": {},
+            "engine": {"model": {"name": "m"}, "prompt_version": "noul-prompt-2", "trained_prompt_version": "noul-prompt-1"}}
+    write_outputs([], tmp_path, meta)
+    report = (tmp_path / "report.md").read_text()
+    assert "trained on prompts of `noul-prompt-1`, read here with `noul-prompt-2`" in report
+    write_outputs([], tmp_path, {**meta, "engine": {**meta["engine"], "trained_prompt_version": "noul-prompt-2"}})
+    assert "trained on prompts" not in (tmp_path / "report.md").read_text()

@@ -114,6 +114,11 @@ def test_merge_refuses_what_does_not_add_up(run_main, tmp_path, capsys):
 
     pred.write_text(good + good.splitlines(keepends=True)[0])
     assert "predicted twice" in merge_error()
+    first = json.loads(good.splitlines()[0])
+    pred.write_text(json.dumps({**first, "id": "bogus"}) + "\n" + "".join(good.splitlines(keepends=True)[1:]))
+    assert "carries id 'bogus'" in merge_error()  # a row is the record it claims to be
+    pred.write_text(json.dumps({**first, "row": str(first["row"])}) + "\n" + "".join(good.splitlines(keepends=True)[1:]))
+    assert "is not a prediction row" in merge_error()
     pred.write_text(good)
 
     key = json.loads((w1 / "run_key.json").read_text())
@@ -123,8 +128,18 @@ def test_merge_refuses_what_does_not_add_up(run_main, tmp_path, capsys):
 
     run = json.loads((w1 / "run.json").read_text())
     (w1 / "run.json").write_text(json.dumps({**run, "git_revision": "0123abc"}))
+    assert "several code revisions" in merge_error()  # its invocations still name the other one
+    invocations = [{**i, "git_revision": "0123abc"} for i in run["invocations"]]
+    (w1 / "run.json").write_text(json.dumps({**run, "git_revision": "0123abc", "invocations": invocations}))
     assert "code revision" in merge_error()
     (w1 / "run.json").write_text(json.dumps(run))
+    (w1 / "run_key.json").write_text(json.dumps({**key, "tasks": list(reversed(key["tasks"]))}))
+    assert run_main(["--merge", "--workers", "2", "--output", str(out)]) == 0  # the same suites, other order
+    capsys.readouterr()
+    (w1 / "run_key.json").write_text(json.dumps(key))
+    # the merged folder is a run folder of its own: a plain run with other settings is refused
+    assert run_main(["--tasks", "agnews,jevbench_easy", "--limit", "6", "--output", str(out)]) == 2
+    assert "holds predictions of a different run" in capsys.readouterr().err
 
     shutil.copytree(w1, out / "worker-1-copy")
     # an unrelated folder beside the workers is ignored; with the files restored every check passes
@@ -144,3 +159,7 @@ def test_shard_flags_go_together(run_main, capsys):
     assert "0..2" in capsys.readouterr().err
     assert run_main(["--merge", "--output", "x"]) == 2
     assert "--merge takes --workers" in capsys.readouterr().err
+    assert run_main(["--merge", "--workers", "0", "--output", "x"]) == 2
+    assert "at least 1" in capsys.readouterr().err
+    assert run_main(["--worker", "0", "--workers", "0"]) == 2
+    assert "--workers must be at least 1" in capsys.readouterr().err

@@ -409,6 +409,8 @@ def test_cli_refuses_public_host_without_key(monkeypatch):
     assert config_from_args(parse(["--host", "::1"])).api_key is None
     # the eval/decide spelling of the same setting
     assert config_from_args(parse(["--batch-tokens", "2048"])).max_batch_tokens == 2048
+    with pytest.raises(SystemExit, match="--batch-tokens must be at least 1"):
+        config_from_args(parse(["--batch-tokens", "0"]))
 
 
 def test_cli_serve_verb_delegates(capsys):

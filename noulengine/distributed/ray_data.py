@@ -18,6 +18,7 @@ duplicated (``tests/test_distributed_ray.py`` kills an actor mid-run and checks 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 from dataclasses import dataclass, field
@@ -139,8 +140,13 @@ def iter_decisions(requests: Sequence[Any], config: RayConfig) -> Iterator[tuple
         return
     ray = init_ray(config)
     items = [{"index": i, "request": pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL)} for i, r in enumerate(requests)]
-    blocks = max(1, min(len(items), config.actors * 4, -(-len(items) // max(1, config.batch_size))))
+    # at least one block per actor (a small input would otherwise leave actors idle), at most
+    # four per actor, and batches no larger than an even share
+    share = -(-len(items) // config.actors)
+    batch_size = max(1, min(config.batch_size, share))
+    blocks = max(1, min(len(items), max(config.actors, min(config.actors * 4, -(-len(items) // batch_size)))))
     ds = ray.data.from_items(items, override_num_blocks=blocks)
+    config = dataclasses.replace(config, batch_size=batch_size)
     seen: set[int] = set()
     n_rows = 0
     for batch in decide_dataset(ds, config).iter_batches(batch_size=None, batch_format="numpy"):

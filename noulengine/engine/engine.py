@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 import torch
 
-from noulengine.compile import Compiler, CompilerConfig
+from noulengine.compile import PROMPT_VERSION, Compiler, CompilerConfig
 from noulengine.compile.layout import CompiledRequest
 from noulengine.engine.batching import collate, plan_batches
 from noulengine.engine.decision import Decision, make_answer
@@ -316,7 +316,9 @@ class Engine:
 
     def describe(self) -> dict:
         """JSON-able description: model identity, device, dtype, readout, debias, calibration."""
+        trained = (self.training or {}).get("prompt_version")
         return {"model": self.identity.to_dict() if self.identity else None, "device": str(self.runner.device),
+                "prompt_version": PROMPT_VERSION, "trained_prompt_version": trained,
                 "dtype": str(self.runner.dtype).replace("torch.", ""), "readout": self.config.readout,
                 "debias": self.config.debias, "calibration": self.config.calibration,
                 "attn_implementation": self.runner.attn_implementation,

@@ -12,13 +12,16 @@ import numpy as np
 
 
 def git_revision() -> str | None:
-    """The checkout's ``git rev-parse HEAD`` (with ``-dirty`` when there are local changes)."""
+    """The checkout's ``git rev-parse HEAD``; with local changes to tracked files,
+    ``<sha>-dirty-<12 hex of sha256(git diff HEAD)>``, so two different sets of local changes
+    never read as the same code."""
+    import hashlib
+
     root = Path(__file__).resolve().parents[2]
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
-                               text=True, check=True).stdout.strip()
-        return rev + ("-dirty" if dirty else "")
+        diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=root, capture_output=True, check=True).stdout
+        return rev + (f"-dirty-{hashlib.sha256(diff).hexdigest()[:12]}" if diff.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -133,6 +136,10 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
                  "ordinal MAE | TVD | flip rate | median x_mass |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     warnings = []
+    trained, compiled = eng.get("trained_prompt_version"), eng.get("prompt_version")
+    if trained and compiled and trained != compiled:
+        warnings.append(f"- **model**: trained on prompts of `{trained}`, read here with `{compiled}` (the prompt "
+                        "text or its tokenization changed since training; retrain to match)")
     for r in results:
         m = r.metrics
         if not m:

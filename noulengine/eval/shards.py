@@ -53,7 +53,9 @@ def check_shard_args(worker: int | None, workers: int | None) -> None:
         return
     if worker is None or workers is None:
         raise ValueError("--worker and --workers go together")
-    if workers < 1 or not 0 <= worker < workers:
+    if workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {workers}")
+    if not 0 <= worker < workers:
         raise ValueError(f"--worker must be in 0..{workers - 1} for --workers {workers}, got {worker}")
 
 
@@ -101,10 +103,22 @@ def load_worker_runs(output: str | Path, workers: int) -> list[dict]:
             raise ShardMergeError(f"worker {r}: {d} holds worker {key.get('worker')!r} of {key.get('workers')!r}, "
                                   f"not worker {r} of {workers}")
         runs.append({"worker": r, "dir": d, "key": key, "run": run, "predictions": _read_worker_predictions(d, r)})
+    for run in runs:  # a worker resumed under other code holds rows of two revisions
+        revisions = {inv.get("git_revision") for inv in run["run"].get("invocations") or []}
+        revisions.add(run["run"].get("git_revision"))
+        if len(revisions) > 1:
+            raise ShardMergeError(f"worker {run['worker']} ran under several code revisions ({sorted(map(str, revisions))}); "
+                                  "rerun it from scratch under one revision")
     first = runs[0]
+
+    def same(f, a, b):
+        if f == "tasks" and a is not None and b is not None:
+            return sorted(a) == sorted(b)  # the same suites in another order are the same rows
+        return a == b
+
     for other in runs[1:]:
         diff = [f"{f}: worker 0 has {first['key'].get(f)!r}, worker {other['worker']} has {other['key'].get(f)!r}"
-                for f in SHARED_KEY_FIELDS if first["key"].get(f) != other["key"].get(f)]
+                for f in SHARED_KEY_FIELDS if not same(f, first["key"].get(f), other["key"].get(f))]
         for f, label in (("git_revision", "code revision"), ("suite_sha256", "suite sha256 pins")):
             if first["run"].get(f) != other["run"].get(f):
                 diff.append(f"{label}: worker 0 has {first['run'].get(f)!r}, worker {other['worker']} has "
@@ -125,8 +139,10 @@ def _read_worker_predictions(d: Path, worker: int) -> dict:
             continue
         try:
             row = json.loads(line)
-            k = (row["suite"], int(row["row"]))
-        except (ValueError, KeyError, TypeError):
+            if not isinstance(row.get("row"), int) or isinstance(row.get("row"), bool):
+                raise TypeError("row is not an integer")
+            k = (row["suite"], row["row"])
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise ShardMergeError(f"worker {worker}: {path}:{n} is not a prediction row (an interrupted write?); "
                                   "rerun the worker with the same flags to resume it") from None
         if k in out:
@@ -149,6 +165,8 @@ def merge_runs(output: str | Path, workers: int, *, source: str | None = None, p
     from noulengine.eval.runner import EvalConfig, TaskResult, score_task, selected_rows
     from noulengine.eval.suites import expand_tasks, get_suite
 
+    if workers < 1:
+        raise ShardMergeError(f"--workers must be at least 1, got {workers}")
     out = Path(output)
     runs = load_worker_runs(out, workers)
     key = runs[0]["key"]
@@ -174,6 +192,13 @@ def merge_runs(output: str | Path, workers: int, *, source: str | None = None, p
     done: dict = {}
     for run in runs:
         done.update(run["predictions"])  # disjoint: check_partition proved every row has one owner
+    for name, (_, rows) in loaded.items():  # each prediction is the row it claims to be
+        for i, rec in rows:
+            got = done[(name, i)].get("id")
+            if rec.id is not None and got != rec.id:
+                owner = shard_of(name, rec.id, i, workers)
+                raise ShardMergeError(f"worker {owner}: the prediction for row {i} of suite {name} carries id {got!r}, "
+                                      f"but that row is record {rec.id!r}")
     results = []
     with (out / "predictions.jsonl").open("w", encoding="utf-8") as sink:
         for name in names:
@@ -204,6 +229,10 @@ def merge_runs(output: str | Path, workers: int, *, source: str | None = None, p
                           "latency_p50_s": None, "latency_p95_s": None,
                           "note": "summed over the workers' invocations (listed one by one); workers run in parallel, "
                                   "so this is device time, not wall time"}
+    # the merged folder is a run folder: a later run into it must match, or be refused
+    merged_key = {k: v for k, v in key.items() if k not in ("worker",)}
+    merged_key["merged_workers"] = workers
+    (out / "run_key.json").write_text(json.dumps(merged_key, indent=2) + "\n")
     return results, meta
 
 

@@ -58,6 +58,10 @@ def config_from_args(args: argparse.Namespace, engine=None) -> ServeConfig:
         max_questions = parse_max_questions(args.max_questions)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
+    for flag, value in (("--batch-tokens", args.max_batch_tokens), ("--max-batch-requests", args.max_batch_requests),
+                        ("--max-queue", args.max_queue)):
+        if value < 1:
+            raise SystemExit(f"error: {flag} must be at least 1, got {value}")
     name = args.model_name
     if not name:
         ident = getattr(engine, "identity", None)
