@@ -59,3 +59,19 @@ def test_sliding_window_models_keep_the_tree_path(tiny_gemma3, tiny_tokenizer, m
 
     monkeypatch.setattr(engine_module, "prefix_cached_hidden", refuse)
     assert engine.decide(three_question_request()).ok
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fast_paths_on_cuda_match_the_tree_path(tiny_llama, tiny_tokenizer, dtype):
+    """The causal path and the prefix cache on CUDA against the dense tree path on CUDA."""
+    model = copy.deepcopy(tiny_llama).to("cuda", dtype=dtype)
+    fast = Engine.from_model(model, tiny_tokenizer)
+    tree = Engine.from_model(model, tiny_tokenizer, prefix_cache=False, causal_path=False)
+    requests = [three_question_request(), {"state": "x", "questions": {"q": {"type": "noul", "instructions": "Is it?"}}}]
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    for a, b in zip(fast.decide_batch(requests), tree.decide_batch(requests)):
+        assert a.ok and b.ok
+        for fld, x in a.answers.items():
+            assert max(abs(u - v) for u, v in zip(x.logprobs, b.answers[fld].logprobs)) <= tol
