@@ -62,7 +62,7 @@ ENGINE_FLAG_HELP = {
     "model": "the model: omitted = the embedded default decision model; SmolLM2-135M-Instruct (or base) = its "
              "untrained base; a local directory (a noulengine train output too) or a .gguf file",
     "device": "cpu, cuda, cuda:N or mps (default: CUDA when available, else CPU)",
-    "dtype": "compute dtype; auto = bfloat16 on CUDA, float32 on CPU",
+    "dtype": "compute dtype; auto = bfloat16 on CUDA, float32 on CPU; int8 = dynamic int8 linear layers on CPU (head in float32)",
     "readout": "how candidates are read: symbols (A, B, ... and 0, 1, ...), label-token, label-sequence; auto = "
                "a trained model's own readout, else label-token where every label is one token, else label-sequence",
     "debias": "none; permute (average over rotations of the options); contextual (divide by a content-free prior)",

@@ -40,7 +40,7 @@ class EngineConfig:
     Attributes:
         model: None (the embedded default decision model), SmolLM2-135M-Instruct (its untrained base), a local directory (a noulengine train output too) or a .gguf file.
         device: ``cuda``, ``cuda:N``, ``cpu`` or None (CUDA when available, else CPU).
-        dtype: ``bfloat16`` | ``float32`` | ``float16`` or None (bf16 on CUDA, fp32 on CPU).
+        dtype: ``bfloat16`` | ``float32`` | ``float16`` | ``int8`` (CPU: dynamic int8 linear layers, head in float32) or None (bf16 on CUDA, fp32 on CPU).
         readout: ``auto`` | ``symbols`` | ``label-token`` | ``label-sequence``.
         debias: ``none`` | ``permute`` | ``contextual``.
         batch_tokens: padded tokens per forward pass (B x L budget).
@@ -136,8 +136,14 @@ class Engine:
 
         dev = pick_device(device)
         torch_dtype = pick_dtype(dtype, dev)
+        if dtype == "int8" and dev.type != "cpu":
+            raise ValueError(f"--dtype int8 is a CPU path (dynamic int8 linear layers); the device is {dev}")
         attn = kwargs.get("attn_implementation", EngineConfig.attn_implementation)
         loaded = load_model(name_or_path, dtype=torch_dtype, device=dev, attn_implementation=attn)
+        if dtype == "int8":
+            from noulengine.models.quantize import quantize_int8_dynamic
+
+            quantize_int8_dynamic(loaded.model)
         training = loaded.training or {}
         if readout == "auto" and training.get("readout"):
             readout = training["readout"]  # a trained model is read the way it was trained
@@ -319,7 +325,8 @@ class Engine:
         trained = (self.training or {}).get("prompt_version")
         return {"model": self.identity.to_dict() if self.identity else None, "device": str(self.runner.device),
                 "prompt_version": PROMPT_VERSION, "trained_prompt_version": trained,
-                "dtype": str(self.runner.dtype).replace("torch.", ""), "readout": self.config.readout,
+                "dtype": "int8" if self.config.dtype == "int8" else str(self.runner.dtype).replace("torch.", ""),
+                "readout": self.config.readout,
                 "debias": self.config.debias, "calibration": self.config.calibration,
                 "attn_implementation": self.runner.attn_implementation,
                 "config": {f.name: getattr(self.config, f.name) for f in fields(self.config)}}

@@ -28,7 +28,8 @@ def pick_device(device: str | torch.device | None) -> torch.device:
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
-DTYPE_NAMES = tuple(DTYPES)
+# "int8": float32 compute with dynamically quantized linear layers (CPU only; models/quantize.py)
+DTYPE_NAMES = tuple(DTYPES) + ("int8",)
 
 
 def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
@@ -41,6 +42,8 @@ def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.d
         return dtype
     if dtype is None or dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype == "int8":
+        return torch.float32  # the float parts of an int8 model (embeddings, norms, head)
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)} or 'auto', got {dtype!r}")
     return DTYPES[dtype]
