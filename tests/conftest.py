@@ -105,6 +105,15 @@ def three_question_request(state="The server rejected 3 logins from a new countr
 
 
 @pytest.fixture(scope="session")
+def tiny_llama_dir(tiny_llama, tiny_tokenizer, tmp_path_factory):
+    """The tiny Llama and its tokenizer saved as a model directory (what --model and actors load)."""
+    d = tmp_path_factory.mktemp("tiny-llama")
+    tiny_llama.save_pretrained(d)
+    tiny_tokenizer.save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="session")
 def default_model_dir():
     """The embedded default base model's converted directory; skipped when not installed."""
     from noulengine.models.loading import ModelNotFoundError, resolve_model

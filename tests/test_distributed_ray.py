@@ -25,11 +25,8 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_llama, tiny_tokenizer, tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny-llama")
-    tiny_llama.save_pretrained(d)
-    tiny_tokenizer.save_pretrained(d)
-    return d
+def model_dir(tiny_llama_dir):
+    return tiny_llama_dir
 
 
 def _requests(n):

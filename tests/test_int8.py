@@ -10,11 +10,8 @@ from tests.conftest import three_question_request
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_llama, tiny_tokenizer, tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny-llama-int8")
-    tiny_llama.save_pretrained(d)
-    tiny_tokenizer.save_pretrained(d)
-    return d
+def model_dir(tiny_llama_dir):
+    return tiny_llama_dir
 
 
 def test_int8_quantizes_the_decoder_and_keeps_the_head_float32(model_dir):
