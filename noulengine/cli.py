@@ -116,6 +116,12 @@ def add_engine_args(parser: argparse.ArgumentParser, *, skip: tuple[str, ...] = 
             parser.add_argument(flag, type=kind or str, default=default, help=help_line)
 
 
+def _engine_kwargs(args: argparse.Namespace) -> tuple[str | None, dict]:
+    """``(model, other EngineConfig fields)`` from parsed engine flags (for a local engine or Ray actors)."""
+    kwargs = {f.name: getattr(args, f.name) for f in dataclasses.fields(_engine_config_cls()) if hasattr(args, f.name)}
+    return kwargs.pop("model", None), kwargs
+
+
 def engine_from_args(args: argparse.Namespace):
     """Build an :class:`~noulengine.Engine` from parsed engine flags.
 
@@ -125,9 +131,7 @@ def engine_from_args(args: argparse.Namespace):
     from noulengine.engine.engine import Engine
     from noulengine.models.loading import ModelNotFoundError
 
-    cls = _engine_config_cls()
-    kwargs = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
-    model = kwargs.pop("model", None)
+    model, kwargs = _engine_kwargs(args)
     try:
         return Engine.from_pretrained(model, **kwargs)
     except ModelNotFoundError as exc:
@@ -175,9 +179,7 @@ def ray_config_from_args(args: argparse.Namespace):
     except ImportError as exc:
         print(f"error: --ray: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    cls = _engine_config_cls()
-    kwargs = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
-    model = kwargs.pop("model", None)
+    model, kwargs = _engine_kwargs(args)
     return RayConfig(address=args.ray_address, actors=args.actors, num_cpus=args.cpus_per_actor,
                      num_gpus=args.gpus_per_actor, batch_size=args.ray_batch_size, model=model, engine_kwargs=kwargs)
 

@@ -48,8 +48,18 @@ def _run_key(args, engine, tasks) -> dict:
     return key
 
 
-def _merge(args) -> int:
+def _finish(results, out: Path, meta: dict, what: str = "") -> int:
+    """Write the run's outputs, print the report and the folder; exit 1 when a suite failed."""
     from noulengine.eval.report import write_outputs
+
+    metrics = write_outputs(results, out, meta)
+    print((out / "report.md").read_text())
+    print(f"{what}wrote {out}/ (report.md, metrics.json, run.json, predictions.jsonl)")
+    failed = [n for n, m in metrics.items() if m["status"] not in ("ready", "preparable", "unavailable")]
+    return 1 if failed else 0
+
+
+def _merge(args) -> int:
     from noulengine.eval.shards import ShardMergeError, merge_runs
     from noulengine.eval.suites.errors import SuiteError
 
@@ -63,23 +73,19 @@ def _merge(args) -> int:
         print(f"error: cannot merge {out}: {exc}", file=sys.stderr)
         return 2
     meta["command"] = "python -m noulengine.eval " + " ".join(sys.argv[1:])
-    metrics = write_outputs(results, out, meta)
-    print((out / "report.md").read_text())
-    print(f"merged {args.workers} worker runs; wrote {out}/ (report.md, metrics.json, run.json, predictions.jsonl)")
-    failed = [n for n, m in metrics.items() if m["status"] not in ("ready", "preparable", "unavailable")]
-    return 1 if failed else 0
+    return _finish(results, out, meta, f"merged {args.workers} worker runs; ")
 
 
 def main(argv: list[str] | None = None) -> int:
     from noulengine.cli import engine_from_args, ray_config_from_args
     from noulengine.eval.report import (git_revision, invocation_totals, library_versions, previous_invocations,
-                                        throughput, write_outputs)
+                                        throughput)
     from noulengine.eval.runner import EvalConfig, run_eval
     from noulengine.eval.suites import expand_tasks
     from noulengine.eval.suites.errors import SuiteError
     from noulengine.metrics.reliability import require_matplotlib
 
-    from noulengine.eval.shards import check_shard_args, suite_pins, worker_dir
+    from noulengine.eval.shards import check_shard_args, worker_dir
     from noulengine.eval.suites import get_suite
 
     args = build_parser().parse_args(argv)
@@ -141,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             "engine": engine.describe(), "versions": library_versions(),
             "selection": {"limit": args.limit, "sample": args.sample, "seed": args.seed,
                           **({"worker": args.worker, "workers": args.workers} if args.workers is not None else {})},
-            "suite_sha256": {r.name: suite_pins(get_suite(r.name)) for r in results if r.status == "ready"},
+            "suite_sha256": {r.name: get_suite(r.name).prepared_pins() for r in results if r.status == "ready"},
             **({"ray": {"address": ray_config.address, "actors": ray_config.actors, "cpus_per_actor": ray_config.num_cpus,
                         "gpus_per_actor": ray_config.num_gpus, "batch_size": ray_config.batch_size}}
                if ray_config is not None else {}),
@@ -151,11 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["invocations"] = previous + [{"started": started, "git_revision": revision, "wall_s": meta["wall_s"],
                                        "model_load_s": load_s, "throughput": meta["throughput"]}]
     meta["totals"] = invocation_totals(meta["invocations"])
-    metrics = write_outputs(results, out, meta)
-    print((out / "report.md").read_text())
-    print(f"wrote {out}/ (report.md, metrics.json, run.json, predictions.jsonl)")
-    failed = [n for n, m in metrics.items() if m["status"] not in ("ready", "preparable", "unavailable")]
-    return 1 if failed else 0
+    return _finish(results, out, meta)
 
 
 if __name__ == "__main__":

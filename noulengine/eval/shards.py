@@ -174,16 +174,15 @@ def merge_runs(output: str | Path, workers: int, *, source: str | None = None, p
                         seed=key.get("seed") or 0, output=str(out), source=source, plots=plots)
     names = expand_tasks(config.tasks, collection=config.suite)
     pins = runs[0]["run"].get("suite_sha256") or {}
+    suites = {name: get_suite(name) for name in names}
     loaded, shares = {}, {}
-    for name in names:
-        suite = get_suite(name)
+    for name, suite in suites.items():
         if name not in pins:
             continue  # the workers found it unavailable: so does the merge
-        if suite_pins(suite) != pins[name]:
+        if suite.prepared_pins() != pins[name]:
             raise ShardMergeError(f"suite {name}: the workers ran it pinned at {pins[name]}, this checkout pins "
-                                  f"{suite_pins(suite)}")
-        rows = selected_rows(name, suite.load(source=source), config)
-        loaded[name] = (suite, rows)
+                                  f"{suite.prepared_pins()}")
+        loaded[name] = rows = selected_rows(name, suite.load(source=source), config)
         per_worker: list[list[int]] = [[] for _ in range(workers)]
         for i, rec in rows:
             per_worker[shard_of(name, rec.id, i, workers)].append(i)
@@ -192,7 +191,7 @@ def merge_runs(output: str | Path, workers: int, *, source: str | None = None, p
     done: dict = {}
     for run in runs:
         done.update(run["predictions"])  # disjoint: check_partition proved every row has one owner
-    for name, (_, rows) in loaded.items():  # each prediction is the row it claims to be
+    for name, rows in loaded.items():  # each prediction is the row it claims to be
         for i, rec in rows:
             got = done[(name, i)].get("id")
             if rec.id is not None and got != rec.id:
@@ -201,15 +200,14 @@ def merge_runs(output: str | Path, workers: int, *, source: str | None = None, p
                                       f"but that row is record {rec.id!r}")
     results = []
     with (out / "predictions.jsonl").open("w", encoding="utf-8") as sink:
-        for name in names:
-            suite = get_suite(name)
+        for name, suite in suites.items():
             res = TaskResult(name=name, status="unavailable", licence=suite.licence, notes=suite.report_notes())
             results.append(res)
             if name not in loaded:
                 res.reason = "unavailable to the workers"
                 continue
             res.status = "ready"
-            _, rows = loaded[name]
+            rows = loaded[name]
             for i, rec in rows:
                 rec.metadata["suite"] = name
                 sink.write(json.dumps(done[(name, i)], ensure_ascii=False, allow_nan=False) + "\n")
@@ -234,11 +232,6 @@ def merge_runs(output: str | Path, workers: int, *, source: str | None = None, p
     merged_key["merged_workers"] = workers
     (out / "run_key.json").write_text(json.dumps(merged_key, indent=2) + "\n")
     return results, meta
-
-
-def suite_pins(suite) -> dict[str, str]:
-    """A suite's pinned prepared-file sha256 by path (what a worker records and a merge compares)."""
-    return {e["path"]: e["sha256"] for e in suite.manifest.get("prepared_files", [])}
 
 
 def check_partition(runs: list[dict], shares: dict[str, list[list[int]]]) -> None:

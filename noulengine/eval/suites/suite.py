@@ -165,6 +165,10 @@ class Suite:
     def _pins(self, key: str) -> dict[str, str]:
         return {e["path"]: e["sha256"] for e in self.manifest.get(key, [])}
 
+    def prepared_pins(self) -> dict[str, str]:
+        """The manifest's sha256 of each prepared file, by path (what a run records and a merge compares)."""
+        return self._pins("prepared_files")
+
     def prepare(self, source: str | Path | None = None, force: bool = False, *, check_pins: bool = True) -> Path:
         """Build the prepared file(s) from raw data and check them against the manifest.
 
@@ -192,7 +196,7 @@ class Suite:
         self.prepared_dir.mkdir(parents=True, exist_ok=True)
         self.module.prepare(data, self.prepared_dir)
         if check_pins:
-            for rel, expected in self._pins("prepared_files").items():
+            for rel, expected in self.prepared_pins().items():
                 check_hash(self.prepared_dir / rel, expected, PreparedFileChangedError,
                            hint=f"Preparing suite {self.name!r} did not reproduce the pinned file.")
         return self.prepared_path
@@ -207,7 +211,7 @@ class Suite:
             SuiteUnavailableError: not prepared yet.
             PreparedFileChangedError: a prepared file changed (names file, expected and actual sha256).
         """
-        pins = self._pins("prepared_files")
+        pins = self.prepared_pins()
         if not pins:
             raise SuiteError(f"suite {self.name!r}: its manifest pins no prepared file")
         for rel, expected in pins.items():
