@@ -36,7 +36,9 @@ def test_causal_path_equals_tree_path(tiny_model, tiny_tokenizer, readout):
 
 
 def test_causal_batches_hold_no_dense_mask_and_tree_requests_keep_theirs(tiny_llama, tiny_tokenizer, monkeypatch):
-    engine = Engine.from_model(tiny_llama, tiny_tokenizer, prefix_cache=False)  # tree requests: dense batches
+    # tree requests: dense batches; no cross-request prefix caching, so every batch goes through
+    # runner.hidden_states (with it, causal batches run their tokens after the cached head)
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer, prefix_cache=False, prefix_cache_mb=0)
     seen = []
     original = engine.runner.hidden_states
     monkeypatch.setattr(engine.runner, "hidden_states", lambda batch: (seen.append(batch), original(batch))[1])

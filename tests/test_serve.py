@@ -329,6 +329,29 @@ def test_metrics_text(client):
         assert name in text
 
 
+def _metric(text: str, name: str) -> float:
+    return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
+
+
+def test_metrics_report_the_prefix_cache_hit_rate(client):
+    """The same state asked twice: the second request reuses its whole prefix, and /metrics counts it."""
+    before = client.get("/metrics").text
+    for _ in range(2):
+        assert client.post("/v1/decide", json=three_question_request(state="Same state, asked twice.")).status_code == 200
+    text = client.get("/metrics").text
+    store = client.app.state.engine.prefix_store
+    assert store is not None
+    grown = {n: _metric(text, f"noulengine_prefix_cache_{n}") - _metric(before, f"noulengine_prefix_cache_{n}")
+             for n in ("queries_total", "hits_total", "query_tokens_total", "hit_tokens_total")}
+    assert grown["queries_total"] == 2 and grown["hits_total"] == 2
+    prefix = client.app.state.engine.compile(three_question_request(state="Same state, asked twice.")).prefix_tokens
+    head = len(client.app.state.engine.compiler.frame_head_ids())
+    assert grown["hit_tokens_total"] == head + prefix  # first: the frame head; second: its whole prefix
+    assert _metric(text, "noulengine_prefix_cache_hit_rate") == pytest.approx(store.stats.token_hit_rate, abs=1e-6)
+    assert _metric(text, "noulengine_prefix_cache_capacity_bytes") == store.max_bytes > 0
+    assert _metric(text, "noulengine_prefix_cache_entries") == len(store) >= 2
+
+
 # -- batching ----------------------------------------------------------------------------------
 
 def _states(n):

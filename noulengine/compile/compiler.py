@@ -94,6 +94,7 @@ class Compiler:
             self.require_symbols(NOUL_WORDS + NOUL_CASED, readout=self.config.readout)
         self._branch_cache: dict = {}
         self._label_cache: dict[str, tuple[int, ...]] = {}
+        self._frame_head: tuple[int, ...] | None = None
 
     # -- symbols ----------------------------------------------------------------------------
     def require_symbols(self, symbols, *, readout: str = "symbols") -> list[int]:
@@ -232,6 +233,28 @@ class Compiler:
             raise OverlengthError(f"{where}the request packs {compiled.input_tokens} tokens; the limit is "
                                   f"{cfg.max_packed_tokens} tokens per request. Nothing is truncated.")
         return compiled
+
+    # States that differ from the first character on, with different first characters, so the
+    # tokens they share are the frame's own, whatever the tokenizer merges at the state boundary.
+    _HEAD_PROBE_STATES = ({"a": 1}, "z", [0], 7, " x", "\n\n", "\u00e9")
+
+    def frame_head_ids(self) -> tuple[int, ...]:
+        """The token prefix every compiled request starts with: the chat-template head and the
+        fixed frame text before the state (what cross-request prefix caching prefills once).
+
+        Computed as the longest common token prefix of requests on probe states with different
+        first characters; a request whose own tokenization differs there simply does not reuse it
+        (:mod:`noulengine.engine.prefix_store` compares token ids, never text).
+        """
+        if self._frame_head is None:
+            q = Question(field="probe", type="noul", instructions="Is it?", labels=("no", "yes"),
+                         descriptions=(None, None))
+            runs = [self.compile(Request(state=s, questions=(q,))).token_ids for s in self._HEAD_PROBE_STATES]
+            n = min(len(r) for r in runs)
+            for r in runs[1:]:
+                n = next((i for i in range(n) if r[i] != runs[0][i]), n)
+            self._frame_head = tuple(runs[0][:n])
+        return self._frame_head
 
     def _rotations(self, q: Question) -> tuple[int, ...]:
         if self.config.debias != "permute" or q.type != "choice":

@@ -95,6 +95,11 @@ class CompiledRequest:
         return max(self.position_ids) + 1 if self.position_ids else 0
 
     @property
+    def prefix_tokens(self) -> int:
+        """Tokens of the root segment (the shared prefix, packed first; position ids 0 .. n-1)."""
+        return next((i for i, s in enumerate(self.segment_ids) if s != 0), len(self.segment_ids))
+
+    @property
     def is_linear(self) -> bool:
         """True when the tree is one chain of segments (one question, one view, no
         label-sequence children): its attention mask is then exactly the causal mask and its

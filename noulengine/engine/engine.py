@@ -26,6 +26,7 @@ from noulengine.engine.batching import collate, plan_batches
 from noulengine.engine.decision import Decision, make_answer
 from noulengine.engine.model_runner import ModelRunner, pick_device, pick_dtype
 from noulengine.engine.prefix_cache import prefix_cache_unsupported, prefix_cached_hidden
+from noulengine.engine.prefix_store import PrefixKVStore, causal_batch_hidden, prefill
 from noulengine.engine.readout import batch_candidate_logprobs
 from noulengine.records.errors import NonFiniteLogitsError, NoulEngineError, RecordError, UnsupportedModalityError
 from noulengine.records.schema import Question, Request, request_from_json
@@ -55,6 +56,7 @@ class EngineConfig:
         causal_path: run linear requests (one question, one view, no label-sequence candidates)
             through the model's own causal attention, with no dense tree mask; false runs every request through the tree path (the reference).
         prefix_cache: run tree requests (several branches) with a prefix KV cache: the shared prefix prefilled once, then every branch as a batch against the cached keys and values (models without sliding-window layers; others keep the tree path).
+        prefix_cache_mb: cross-request prefix caching budget in MiB: keys and values of the frame head every request starts with, of prefixes a batch shares and of tree requests' states are kept and reused across requests (LRU, keyed by token ids); 0 turns it off. Used by the causal path and the prefix-cache path (not the tree path, the reference).
     """
 
     model: str | None = None
@@ -71,6 +73,7 @@ class EngineConfig:
     attn_implementation: str = "sdpa"
     causal_path: bool = True
     prefix_cache: bool = True
+    prefix_cache_mb: int = 256
 
 
 def _error_dict(exc: Exception, record_id=None) -> dict:
@@ -106,6 +109,15 @@ class Engine:
         self.training = None  # training.json of a trained model (set by from_pretrained)
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         self._priors: dict[str, torch.Tensor] = {}
+        if self.config.prefix_cache_mb < 0:
+            raise ValueError(f"prefix_cache_mb must be >= 0 (0 turns cross-request prefix caching off), "
+                             f"got {self.config.prefix_cache_mb}")
+        # Cross-request prefix caching (prefix_store.py): built with the engine, the frame head
+        # prefilled on first use. None where the model's cache cannot hold a prefix exactly.
+        self.prefix_store = (PrefixKVStore(int(self.config.prefix_cache_mb * 2**20))
+                             if self.config.prefix_cache_mb > 0 and prefix_cache_unsupported(self.runner) is None
+                             else None)
+        self._frame_head_seeded = False
         self.calibration = None
         if self.config.calibration and self.config.calibration != "none":
             from noulengine.calibrate.file import load_calibration
@@ -271,16 +283,21 @@ class Engine:
                 plans.append((kind, [members[j] for j in part]))
         self.last_padding_share = 0.0
         padded = real = 0
+        store = self._seeded_prefix_store() if groups["causal"] or groups["cached"] else None
         for kind, indices in plans:
             self._sync()
             t0 = time.perf_counter()
             if kind == "cached":
                 with torch.inference_mode():
-                    hidden = prefix_cached_hidden(self.runner, compiled[indices[0]])
+                    hidden = prefix_cached_hidden(self.runner, compiled[indices[0]], store=store)
                 n_real = n_padded = compiled[indices[0]].input_tokens
             else:
                 batch = collate(compiled, indices, pad_id=self.pad_id, causal=kind == "causal")
-                hidden = self.runner.hidden_states(batch)
+                if kind == "causal" and store is not None:
+                    with torch.inference_mode():
+                        hidden = causal_batch_hidden(self.runner, batch, [compiled[i] for i in indices], store)
+                else:
+                    hidden = self.runner.hidden_states(batch)
                 n_real, n_padded = batch.real_tokens, batch.padded_tokens
             with torch.inference_mode():
                 per_row = batch_candidate_logprobs(hidden, self.runner.head, compiled, indices)
@@ -294,6 +311,20 @@ class Engine:
                 progress(len(indices))
         self.last_padding_share = 1.0 - real / padded if padded else 0.0
         return out
+
+    def _seeded_prefix_store(self) -> PrefixKVStore | None:
+        """The prefix store, with the frame head (every request's first tokens) prefilled and
+        pinned on first use; None when cross-request prefix caching is off or unsupported."""
+        store = self.prefix_store
+        if store is not None and not self._frame_head_seeded:
+            self._frame_head_seeded = True
+            head = self.compiler.frame_head_ids()
+            if len(head) >= store.min_tokens:
+                with torch.inference_mode():
+                    entry, _ = prefill(self.runner, head)
+                entry.pinned = True
+                store.insert(entry)
+        return store
 
     def _temperature(self, plan) -> float:
         if self.calibration is None:

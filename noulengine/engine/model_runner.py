@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import inspect
+
 import torch
 
 from noulengine.engine.batching import Batch
@@ -80,6 +82,10 @@ class ModelRunner:
         self.attn_implementation = getattr(model.config, "_attn_implementation", "sdpa") or "sdpa"
         self.max_positions = int(getattr(text_cfg, "max_position_embeddings", 8192) or 8192)
         self.supports_images = hasattr(model.config, "vision_config")
+        # transformers 5.x renamed the decoder's ``past_key_values`` argument to ``cache``
+        # (the old name warns, and goes in 5.40); older versions know only the old one.
+        params = inspect.signature(self.base.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
 
     def _device_mask(self, mask: torch.Tensor) -> torch.Tensor:
         mask = mask.to(self.device, non_blocking=True)
@@ -88,6 +94,19 @@ class ModelRunner:
             additive = torch.zeros(mask.shape, dtype=self.dtype, device=self.device)
             return additive.masked_fill_(~mask, torch.finfo(self.dtype).min)
         return mask
+
+    def forward_with_cache(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask, cache) -> torch.Tensor:
+        """(B, T, D) final hidden states of ``T`` new tokens per row, attending to ``cache``.
+
+        Args:
+            input_ids, position_ids: (B, T) int64 on the model's device.
+            attention_mask: None (the model's own causal mask, offset by the cache length) or a
+                (B, 1, T, cached + T) mask (see :meth:`_device_mask`).
+            cache: a :class:`transformers.DynamicCache` with B rows (extended in place).
+        """
+        out = self.base(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
+                        use_cache=True, **{self._cache_kwarg: cache})
+        return out.last_hidden_state
 
     @torch.inference_mode()
     def hidden_states(self, batch: Batch) -> torch.Tensor:

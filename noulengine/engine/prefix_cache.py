@@ -5,7 +5,8 @@ branches ``S``) under a dense ``(L, L)`` mask, so attention costs ``(P + S)^2`` 
 masked (branch-to-other-branch). This path instead:
 
 1. prefills the prefix alone with the model's own causal attention (``use_cache=True``), keeping
-   its keys and values in a :class:`transformers.DynamicCache`;
+   its keys and values in a :class:`transformers.DynamicCache` (with cross-request prefix
+   caching, only the part after the longest cached prefix: :mod:`noulengine.engine.prefix_store`);
 2. runs the branches as a batch of ``B`` rows (row ``r`` = branch ``r`` and its label-sequence
    candidates, packed in the tree's order), right-padded to ``b`` tokens, against the cached
    prefix: the cache is expanded to ``B`` rows without copying (``Tensor.expand``), each row gets
@@ -48,27 +49,40 @@ def _branch_rows(compiled: CompiledRequest) -> list[list[int]]:
     return [rows[k] for k in sorted(rows)]
 
 
-def prefix_cached_hidden(runner, compiled: CompiledRequest) -> torch.Tensor:
+def prefix_cached_hidden(runner, compiled: CompiledRequest, store=None) -> torch.Tensor:
     """(1, L, D) final hidden states of one compiled request, computed with a prefix KV cache.
 
     Args:
         runner: the engine's :class:`~noulengine.engine.model_runner.ModelRunner`.
         compiled: one request (a root segment with at least one branch).
+        store: the engine's :class:`~noulengine.engine.prefix_store.PrefixKVStore` (cross-request
+            prefix caching), or None. With a store, the prefill starts after the longest cached
+            prefix of the request's root segment, and the whole root segment is stored for later
+            requests on the same state (hidden states inside a reused prefix are zeros: no read
+            position lies there).
 
     Returns:
-        The same tensor the tree path would give (within float tolerance), model dtype, on device.
+        The same tensor the tree path would give at every position the prefill computed (within
+        float tolerance), model dtype, on device.
     """
-    from transformers import DynamicCache
+    from noulengine.engine.prefix_store import cache_for_rows, prefill
 
     dev = runner.device
-    p = sum(1 for s in compiled.segment_ids if s == 0)
+    p = compiled.prefix_tokens
     ids = torch.tensor(compiled.token_ids, dtype=torch.long)
     pos = torch.tensor(compiled.position_ids, dtype=torch.long)
-    hidden = torch.empty(1, len(ids), runner.config.hidden_size, dtype=runner.dtype, device=dev)
-    cache = DynamicCache(config=runner.config)
-    out = runner.base(input_ids=ids[None, :p].to(dev), position_ids=pos[None, :p].to(dev), attention_mask=None,
-                      past_key_values=cache, use_cache=True)
-    hidden[0, :p] = out.last_hidden_state[0]
+    hidden = torch.zeros(1, len(ids), runner.config.hidden_size, dtype=runner.dtype, device=dev)
+    base = store.lookup(compiled.token_ids, p) if store is not None else None
+    start = len(base) if base is not None else 0
+    if start == p:
+        entry = base
+    else:
+        entry, prefix_hidden = prefill(runner, compiled.token_ids[:p], base)
+        hidden[0, start:p] = prefix_hidden
+        if store is not None and store.worth_storing(p, base):
+            store.insert(entry)
+    if store is not None:
+        store.record(compiled.input_tokens, start)
     rows = _branch_rows(compiled)
     if not rows:
         return hidden
@@ -86,12 +100,8 @@ def prefix_cached_hidden(runner, compiled: CompiledRequest) -> torch.Tensor:
         position_ids[r, :n] = pos[t]
         mask[r, 0, :n, :p] = True  # every branch token sees the whole prefix
         mask[r, 0, :n, p:p + n] = tree[t][:, t]
-    for layer in cache.layers:  # one prefix for every row: a view, not a copy
-        layer.keys = layer.keys.expand(b_rows, -1, -1, -1)
-        layer.values = layer.values.expand(b_rows, -1, -1, -1)
-    out = runner.base(input_ids=input_ids.to(dev), position_ids=position_ids.to(dev),
-                      attention_mask=runner._device_mask(mask), past_key_values=cache, use_cache=True)
-    branch_hidden = out.last_hidden_state
+    branch_hidden = runner.forward_with_cache(input_ids.to(dev), position_ids.to(dev), runner._device_mask(mask),
+                                              cache_for_rows(runner, entry, b_rows))
     for r, idx in enumerate(rows):
         hidden[0, torch.tensor(idx, device=dev)] = branch_hidden[r, :len(idx)]
     return hidden

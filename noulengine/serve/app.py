@@ -83,6 +83,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
     """
     config = config or ServeConfig()
     metrics = Metrics()
+    metrics.prefix_store = getattr(engine, "prefix_store", None)
     worker = BatchWorker(engine, max_batch_tokens=config.max_batch_tokens, max_batch_requests=config.max_batch_requests,
                          max_wait_ms=config.max_wait_ms, max_queue=config.max_queue, metrics=metrics)
     accepted_models = {config.model_name, *config.aliases}

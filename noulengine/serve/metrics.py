@@ -7,6 +7,17 @@ Series:
   noulengine_batch_duration_seconds              histogram
   noulengine_queue_depth                         gauge (queued + running)
   noulengine_input_tokens_total                  counter
+  noulengine_prefix_cache_query_tokens_total     counter (packed tokens of requests looked up)
+  noulengine_prefix_cache_hit_tokens_total       counter (of those, keys/values reused from the cache)
+  noulengine_prefix_cache_queries_total          counter (requests looked up)
+  noulengine_prefix_cache_hits_total             counter (requests that reused at least one token)
+  noulengine_prefix_cache_evictions_total        counter
+  noulengine_prefix_cache_hit_rate               gauge (hit tokens / query tokens since start)
+  noulengine_prefix_cache_entries                gauge
+  noulengine_prefix_cache_bytes                  gauge (keys and values held)
+  noulengine_prefix_cache_capacity_bytes         gauge (0: cross-request prefix caching off)
+
+The prefix-cache series follow vLLM's prefix_cache_queries / prefix_cache_hits (token counts).
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ class Metrics:
         self.batch_seconds = _Histogram(LATENCY_BUCKETS)
         self.queue_depth = 0
         self.input_tokens = 0
+        self.prefix_store = None  # the engine's PrefixKVStore, read at render time
         self.started = time.time()
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
@@ -94,7 +106,34 @@ class Metrics:
                     "# TYPE noulengine_queue_depth gauge", f"noulengine_queue_depth {self.queue_depth}",
                     "# HELP noulengine_input_tokens_total Packed input tokens fed to the model.",
                     "# TYPE noulengine_input_tokens_total counter", f"noulengine_input_tokens_total {self.input_tokens}"]
+            out += self._prefix_cache_lines()
         return "\n".join(out) + "\n"
+
+    def _prefix_cache_lines(self) -> list[str]:
+        store = self.prefix_store
+        stats = store.stats.to_dict() if store is not None else {}
+        series = [
+            ("query_tokens_total", "counter", "Packed input tokens of requests looked up in the prefix cache.",
+             stats.get("query_tokens", 0)),
+            ("hit_tokens_total", "counter", "Tokens whose keys and values were reused from the prefix cache.",
+             stats.get("hit_tokens", 0)),
+            ("queries_total", "counter", "Requests looked up in the prefix cache.", stats.get("queries", 0)),
+            ("hits_total", "counter", "Requests that reused cached keys and values.", stats.get("hits", 0)),
+            ("evictions_total", "counter", "Prefix cache entries evicted (least recently used).",
+             stats.get("evictions", 0)),
+            ("hit_rate", "gauge", "Prefix cache hit tokens over query tokens since start.",
+             round(stats.get("token_hit_rate", 0.0), 6)),
+            ("entries", "gauge", "Prefixes held in the prefix cache.", len(store) if store is not None else 0),
+            ("bytes", "gauge", "Bytes of keys and values held in the prefix cache.",
+             store.nbytes if store is not None else 0),
+            ("capacity_bytes", "gauge", "Prefix cache budget in bytes (0: cross-request prefix caching off).",
+             store.max_bytes if store is not None else 0),
+        ]
+        out = []
+        for name, kind, help_text, value in series:
+            full = f"noulengine_prefix_cache_{name}"
+            out += [f"# HELP {full} {help_text}", f"# TYPE {full} {kind}", f"{full} {value}"]
+        return out
 
 
 class MetricsMiddleware:

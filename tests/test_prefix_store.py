@@ -1,0 +1,158 @@
+"""Cross-request prefix caching (issue #15): the LRU store, and answers against the tree path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from noulengine import Engine
+from noulengine.compile.compiler import Compiler, CompilerConfig
+from noulengine.engine.prefix_store import PrefixEntry, PrefixKVStore, common_prefix_length
+from noulengine.records.schema import request_from_json
+from tests.conftest import three_question_request
+
+
+def _entry(ids, nbytes_per_token=8, pinned=False) -> PrefixEntry:
+    n = len(ids)
+    k = torch.zeros(1, 1, n, nbytes_per_token // 8)  # float32: 4 bytes, keys + values
+    return PrefixEntry(tuple(ids), [k], [k.clone()], pinned=pinned)
+
+
+def _noul(state, field="q", text="Is it urgent?"):
+    return {"state": state, "questions": {field: {"type": "noul", "instructions": text}}}
+
+
+def _max_diff(a, b) -> float:
+    worst = 0.0
+    for x, y in zip(a, b):
+        assert x.ok and y.ok, (x.error, y.error)
+        for fld, ans in x.answers.items():
+            worst = max(worst, max(abs(u - v) for u, v in zip(ans.logprobs, y.answers[fld].logprobs)))
+    return worst
+
+
+# ------------------------------------------------------------------------------- the store
+def test_lookup_returns_the_longest_matching_prefix_within_the_limit():
+    store = PrefixKVStore(10_000, min_tokens=1)
+    for ids in ([1, 2], [1, 2, 3, 4], [1, 2, 9], [5]):
+        assert store.insert(_entry(ids))
+    assert store.lookup([1, 2, 3, 4, 5], limit=10).ids == (1, 2, 3, 4)
+    assert store.lookup([1, 2, 3, 4, 5], limit=3).ids == (1, 2)  # never past the limit
+    assert store.lookup([1, 2, 9, 9], limit=10).ids == (1, 2, 9)
+    assert store.lookup([1, 3], limit=10) is None  # ids must match exactly, not by length
+    assert store.lookup([7, 1, 2], limit=10) is None
+
+
+def test_lru_eviction_by_bytes_keeps_pinned_entries():
+    store = PrefixKVStore(3 * 8 * 4, min_tokens=1)  # room for 12 tokens of 8 bytes (keys + values)
+    head = _entry([0, 1, 2, 3], pinned=True)
+    a, b = _entry([0, 1, 2, 3, 4, 5, 6, 7]), _entry([9, 9, 9, 9])
+    assert store.insert(head) and store.insert(a)
+    store.lookup([0, 1, 2, 3, 4, 5, 6, 7, 8], limit=20)  # a is now the most recent
+    assert store.insert(b)  # evicts a (the only unpinned entry), never the pinned head
+    assert store.lookup([0, 1, 2, 3, 4, 5, 6, 7], limit=20).ids == head.ids
+    assert store.stats.evictions == 1 and len(store) == 2 and store.nbytes == head.nbytes + b.nbytes
+    assert not store.insert(_entry(list(range(40))))  # larger than the whole budget: not stored
+    assert len(store) == 2
+
+
+def test_stats_count_tokens_like_vllm_hit_rate():
+    store = PrefixKVStore(1000)
+    store.record(100, 40)
+    store.record(50, 0)
+    s = store.stats.to_dict()
+    assert (s["queries"], s["hits"], s["query_tokens"], s["hit_tokens"]) == (2, 1, 150, 40)
+    assert s["token_hit_rate"] == pytest.approx(40 / 150) and s["request_hit_rate"] == 0.5
+
+
+def test_bad_budgets_are_refused(tiny_llama, tiny_tokenizer):
+    with pytest.raises(ValueError, match="max_bytes"):
+        PrefixKVStore(-1)
+    with pytest.raises(ValueError, match="prefix_cache_mb"):
+        Engine.from_model(tiny_llama, tiny_tokenizer, prefix_cache_mb=-1)
+    assert Engine.from_model(tiny_llama, tiny_tokenizer, prefix_cache_mb=0).prefix_store is None
+
+
+def test_common_prefix_length():
+    assert common_prefix_length([1, 2, 3], [1, 2, 4], 10) == 2
+    assert common_prefix_length([1, 2, 3], [1, 2, 3], 2) == 2
+    assert common_prefix_length([1], [2], 5) == 0
+
+
+# ------------------------------------------------------------------------------- the frame head
+@pytest.mark.parametrize("readout", ["symbols", "label-sequence"])
+def test_frame_head_is_a_token_prefix_of_ordinary_requests(tiny_tokenizer, readout):
+    compiler = Compiler(tiny_tokenizer, CompilerConfig(readout=readout))
+    head = compiler.frame_head_ids()
+    assert len(head) > 5
+    for state in ({"text": "hello"}, "plain words", ["a", 1], 3.5, {"events": ["x"] * 30}):
+        ids = compiler.compile(request_from_json(_noul(state))).token_ids
+        assert tuple(ids[:len(head)]) == head
+
+
+# ------------------------------------------------------------------------------- answers
+def _pair(model, tokenizer, **kw):
+    fast = Engine.from_model(model, tokenizer, **kw)
+    tree = Engine.from_model(model, tokenizer, causal_path=False, prefix_cache=False, **kw)
+    return fast, tree
+
+
+@pytest.mark.parametrize("readout", ["symbols", "label-token", "label-sequence"])
+def test_linear_batches_reuse_the_head_and_their_shared_prefix(tiny_llama, tiny_qwen2, tiny_tokenizer, readout):
+    """Linear requests sharing a long state prefix: the head is reused, the batch's longest common
+    prefix is prefilled once and stored, and every answer equals the tree path's within 1e-5."""
+    long = " ".join(["the login failed again from a new device"] * 8)
+    for model in (tiny_llama, tiny_qwen2):
+        fast, tree = _pair(model, tiny_tokenizer, readout=readout)
+        requests = [_noul(long + tail) for tail in (" today.", " yesterday.", " at noon.", " twice.")]
+        assert _max_diff(fast.decide_batch(requests), tree.decide_batch(requests)) <= 1e-5
+        stats = fast.prefix_store.stats
+        head = len(fast.compiler.frame_head_ids())
+        if readout != "label-sequence":  # linear requests only with single-token readouts
+            assert stats.queries == 4 and stats.hits == 4
+            assert stats.hit_tokens > 4 * head  # rows 2..4 reused the batch's stored shared prefix
+            assert stats.inserts == 2  # the head, then the shared prefix
+        again = fast.decide_batch(requests[:1])  # a later request reuses the stored prefix
+        assert _max_diff(again, tree.decide_batch(requests[:1])) <= 1e-5
+
+
+@pytest.mark.parametrize("debias", ["none", "permute"])
+def test_a_repeated_state_reuses_its_whole_prefix(tiny_llama, tiny_qwen2, tiny_tokenizer, debias):
+    for model in (tiny_llama, tiny_qwen2):
+        fast, tree = _pair(model, tiny_tokenizer, debias=debias)
+        first = three_question_request(state={"events": ["login", "reset"] * 20})
+        second = three_question_request(state={"events": ["login", "reset"] * 20})
+        second["questions"]["risk"]["instructions"] = "How risky is it now?"
+        assert _max_diff(fast.decide_batch([first]), tree.decide_batch([first])) <= 1e-5
+        before = fast.prefix_store.stats.hit_tokens
+        assert _max_diff(fast.decide_batch([second]), tree.decide_batch([second])) <= 1e-5
+        assert fast.prefix_store.stats.hit_tokens - before == fast.compile(second).prefix_tokens
+
+
+def test_cached_entries_are_never_modified(tiny_llama, tiny_tokenizer):
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer)
+    engine.decide(three_question_request())
+    entries = list(engine.prefix_store._entries.values())
+    snapshot = [[k.clone() for k in e.keys] for e in entries]
+    engine.decide_batch([three_question_request(), _noul("x"), _noul("a longer state with more words")])
+    for e, keys in zip(entries, snapshot):
+        assert all(torch.equal(a, b) for a, b in zip(e.keys, keys))
+
+
+def test_a_tiny_budget_evicts_and_stays_exact(tiny_llama, tiny_tokenizer):
+    fast, tree = _pair(tiny_llama, tiny_tokenizer)
+    fast.decide(_noul("x"))  # seeds the pinned frame head
+    store = fast.prefix_store
+    head = next(iter(store._entries.values()))
+    per_token = head.nbytes // len(head)
+    store.max_bytes = head.nbytes + 80 * per_token  # room for about two of the prefixes below
+    requests = [three_question_request(state=f"event {i} " * (10 + i)) for i in range(6)]
+    assert _max_diff(fast.decide_batch(requests), tree.decide_batch(requests)) <= 1e-5
+    assert store.nbytes <= store.max_bytes and store.stats.evictions >= 1
+    assert head.ids in store._entries  # pinned
+
+
+def test_sliding_window_models_have_no_store(tiny_gemma3, tiny_tokenizer):
+    engine = Engine.from_model(tiny_gemma3, tiny_tokenizer)
+    assert engine.prefix_store is None
+    assert engine.decide(_noul("x")).ok
