@@ -6,7 +6,13 @@ Variants, run interleaved (rotating order) on the same model and the same compil
   full-vocabulary head at every position, ``log_softmax`` at the read position;
 * ``batched``: the same prompts, left-padded into batches (2D attention mask, position ids from
   the mask), full head on the trailing read positions only (``logits_to_keep``);
-* ``engine``: :meth:`Engine.decide_batch` (one packed pass per request batch).
+* ``engine``: :meth:`Engine.decide_batch` (one packed pass per request batch; its causal path,
+  prefix KV cache and cross-request prefix caching on, the store emptied of all but the pinned
+  frame head before every timed run, so each run sees fresh requests);
+* ``engine_tree``: the engine with those three off (every request through the dense tree mask);
+* ``peer`` (AG News only, when installed): anyjev from PyPI on the same model and rows
+  (:mod:`noulengine.bench_peer`); its prompts are its own, so it is compared by speed and by
+  accuracy against the gold labels, not by probabilities.
 
 Prompts come from the engine's compiler (:meth:`Engine.compile`): a prompt is the chain of
 segments from the root to a segment that holds read positions, so all variants evaluate identical
@@ -14,9 +20,10 @@ token ids; a read at packed index ``t`` is prompt index ``position_ids[t]`` (tre
 Probabilities are compared after the same renormalisation (:func:`make_answer` on each variant's
 (V, K) candidate log-probabilities).
 
-Units: seconds (``time.perf_counter``, CUDA synchronised), tokens, bytes, FLOP/s. Achieved FLOP/s
-counts 2 x non-embedding parameters x real tokens (no attention or head FLOPs), as a share of a
-square-matmul peak measured in the same run, dtype and device.
+Units: seconds (``time.perf_counter``, CUDA synchronised), tokens, bytes, FLOP/s. ``tokens/s``
+counts the prompt tokens a variant served; achieved FLOP/s counts 2 x non-embedding parameters x
+the tokens it computed (served minus prefix-cache hits; no attention or head FLOPs), as a share
+of a square-matmul peak measured in the same run, dtype and device.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from noulengine.bench_peer import PEER
 from noulengine.compile.layout import CompiledRequest
 from noulengine.engine.decision import make_answer
 from noulengine.records.schema import Request
@@ -265,10 +273,15 @@ def max_prob_diff(a: list, b: list) -> float:
 # --------------------------------------------------------------------------- workloads
 @dataclass
 class Workload:
+    """One timed workload. ``golds``: per request, field -> gold label (accuracy is reported when
+    given); ``peer``: whether the peer variant runs on it."""
+
     name: str
     requests: list[Request]
     note: str = ""
     items: list[Prepared] = field(default_factory=list)
+    golds: list[dict[str, str]] | None = None
+    peer: bool = False
 
 
 def _records(name: str, n: int | None = None):
@@ -308,9 +321,22 @@ def long_state_requests(max_chars: int, counts: tuple[int, ...] = QUESTION_COUNT
     return {n: Request(state=best.request.state, questions=tuple(questions[:n]), id=f"long{n}") for n in counts}
 
 
+AGNEWS_SEED = 0  # issue #15's peer measurement: random.Random(0) shuffle of the test file, first N rows
+
+
+def agnews_rows(n: int):
+    """The first ``n`` AG News test records after a ``random.Random(AGNEWS_SEED)`` shuffle."""
+    import random
+
+    recs = list(_records("agnews/test.jsonl"))
+    random.Random(AGNEWS_SEED).shuffle(recs)
+    return recs[:n]
+
+
 def build_workloads(quick: bool) -> tuple[list[Workload], dict[int, Request]]:
-    typed_n, agnews_n, long_chars = (2, 4, 1000) if quick else (6, 24, 3000)
+    typed_n, agnews_n, long_chars = (2, 24, 1000) if quick else (6, 200, 3000)
     longs = long_state_requests(long_chars)
+    agnews = agnews_rows(agnews_n)
     return [
         Workload("typed_decisions", [r.request for r in _records("typed_decisions/test.jsonl", typed_n)],
                  f"first {typed_n} Typed-Decisions test states, 5 questions each"),
@@ -318,8 +344,9 @@ def build_workloads(quick: bool) -> tuple[list[Workload], dict[int, Request]]:
                  f"longest WildJailbreak eval state <= {long_chars} JSON chars, 16 questions"),
         Workload("long_state_32q", [longs[32]],
                  f"the same state, 32 questions (16 more branches on the same prefix)"),
-        Workload("agnews_1q", [r.request for r in _records("agnews/test.jsonl", agnews_n)],
-                 f"first {agnews_n} AG News test records, 1 question each"),
+        Workload("agnews_1q", [r.request for r in agnews],
+                 f"{agnews_n} AG News test records (random.Random({AGNEWS_SEED}) shuffle), 1 question each",
+                 golds=[{f: t.label for f, t in r.targets.items()} for r in agnews], peer=True),
     ], longs
 
 
@@ -363,19 +390,40 @@ def git_revision() -> str:
 
 
 # --------------------------------------------------------------------------- the run
+def accuracy(wl: Workload, answers: list) -> float | None:
+    """Share of questions whose argmax is the gold label (None without golds)."""
+    if wl.golds is None:
+        return None
+    hits = total = 0
+    for it, gold, per_q in zip(wl.items, wl.golds, answers):
+        for plan, probs in zip(it.compiled.questions, per_q):
+            if plan.field in gold:
+                total += 1
+                hits += plan.labels[max(range(len(probs)), key=probs.__getitem__)] == gold[plan.field]
+    return hits / total if total else None
+
+
 def measure_workload(engine, wl: Workload, *, reps: int, device, n_params: int, peak: float, attn: str,
-                     warmup: Request | None = None) -> dict:
+                     warmup: Request | None = None, peer=None) -> dict:
     model = engine.runner.model
     pad_id = engine.pad_id
     budget = engine.config.batch_tokens
+    store = engine.prefix_store
     wl.items = [Prepared(r, engine.compile(r), baseline_prompts(engine.compile(r))) for r in wl.requests]
     n_dec = sum(len(r.questions) for r in wl.requests)
     tokens = {"naive": sum(len(p.ids) for it in wl.items for p in it.prompts),
               "batched": sum(len(p.ids) for it in wl.items for p in it.prompts),
               "engine": sum(it.compiled.input_tokens for it in wl.items)}
     tokens["engine_tree"] = tokens["engine"]
+    variants = VARIANTS + (("peer",) if peer is not None and wl.peer else ())
+    if "peer" in variants:
+        tokens["peer"] = peer.prompt_tokens(wl.requests)
+    hit_rate: list[float] = []
 
     def run(variant, items):
+        if variant == "peer":
+            ans, lat = peer.run([it.request for it in items])
+            return ans, lat, {}
         if variant == "naive":
             ans, lat = run_naive(model, items, device)
             return ans, lat, {}
@@ -389,25 +437,35 @@ def measure_workload(engine, wl: Workload, *, reps: int, device, n_params: int, 
         causal, cached = engine.config.causal_path, engine.config.prefix_cache
         engine.config.causal_path = causal and variant == "engine"
         engine.config.prefix_cache = cached and variant == "engine"
+        engine.prefix_store = store if variant == "engine" else None
+        if store is not None:
+            store.clear(keep_pinned=True)  # fresh requests: only the frame head is cached
+        before = (store.stats.query_tokens, store.stats.hit_tokens) if store is not None else (0, 0)
         try:
             ans, lat, share = run_engine(engine, items)
         finally:
             engine.config.causal_path, engine.config.prefix_cache = causal, cached
+            engine.prefix_store = store
             if attn == "flex":
                 use_flex_attention(engine, False)
-        return ans, lat, {"padding_share": share}
+        ex = {"padding_share": share}
+        if variant == "engine" and store is not None:
+            queried, hit = store.stats.query_tokens - before[0], store.stats.hit_tokens - before[1]
+            ex["prefix_cache_hit_rate"] = hit / queried if queried else 0.0
+            ex["computed_tokens"] = sum(it.compiled.input_tokens for it in items) - hit
+        return ans, lat, ex
 
     if warmup:  # excluded from timing: one small request through every variant
-        for v in VARIANTS:
+        for v in variants:
             run(v, [Prepared(warmup, engine.compile(warmup), baseline_prompts(engine.compile(warmup)))])
-    times = {v: [] for v in VARIANTS}
-    lats = {v: [] for v in VARIANTS}
-    mem = {v: 0 for v in VARIANTS}
-    extra: dict = {v: {} for v in VARIANTS}
+    times = {v: [] for v in variants}
+    lats = {v: [] for v in variants}
+    mem = {v: 0 for v in variants}
+    extra: dict = {v: {} for v in variants}
     answers = {}
     for rep in range(reps):
-        k = rep % len(VARIANTS)
-        order = VARIANTS[k:] + VARIANTS[:k]  # interleaved, rotating order
+        k = rep % len(variants)
+        order = variants[k:] + variants[:k]  # interleaved, rotating order
         for v in order:
             with PeakMemory(device) as pm:
                 _sync(device)
@@ -422,20 +480,31 @@ def measure_workload(engine, wl: Workload, *, reps: int, device, n_params: int, 
             answers[v] = ans
     out = {"name": wl.name, "note": wl.note, "requests": len(wl.requests), "decisions": n_dec, "reps": reps,
            "variants": {}}
-    for v in VARIANTS:
+    for v in variants:
         t = statistics.median(times[v])
+        # FLOPs count the tokens the model computed: prefix-cache hits are served, not computed
+        computed = extra[v].pop("computed_tokens", tokens[v])
         out["variants"][v] = {
             "seconds_median": t, "seconds_all": times[v], "decisions_per_s": n_dec / t,
             "requests_per_s": len(wl.requests) / t, "tokens": tokens[v], "tokens_per_s": tokens[v] / t,
             "latency_p50_s": percentile(lats[v], 0.5), "latency_p95_s": percentile(lats[v], 0.95),
-            "peak_memory_bytes": mem[v], "achieved_flops": 2 * n_params * tokens[v] / t,
-            "share_of_matmul_peak": 2 * n_params * tokens[v] / t / peak, **extra[v]}
+            "peak_memory_bytes": mem[v], "computed_tokens": computed,
+            "achieved_flops": 2 * n_params * computed / t, "share_of_matmul_peak": 2 * n_params * computed / t / peak,
+            "accuracy": accuracy(wl, answers[v]), **extra[v]}
     e = out["variants"]
+    if "peer" in e:
+        out["ratio_vs_peer"] = e["engine"]["decisions_per_s"] / e["peer"]["decisions_per_s"]
+        out["peer_version"] = peer.version
     out["decisions_per_s"] = e["engine"]["decisions_per_s"]
     out["ratio_vs_naive"] = e["engine"]["decisions_per_s"] / e["naive"]["decisions_per_s"]
     out["ratio_vs_batched"] = e["engine"]["decisions_per_s"] / e["batched"]["decisions_per_s"]
     out["ratio_vs_tree_path"] = e["engine"]["decisions_per_s"] / e["engine_tree"]["decisions_per_s"]
     out["padding_share"] = e["engine"].get("padding_share", 0.0)
+    out["prefix_cache_hit_rate"] = e["engine"].get("prefix_cache_hit_rate")
+    if wl.golds is not None:
+        labels = [g for gold in wl.golds for g in gold.values()]
+        out["gold_majority"] = max(labels.count(x) for x in set(labels)) / len(labels)
+        out["chance"] = statistics.mean(1 / plan.num_candidates for it in wl.items for plan in it.compiled.questions)
     out["max_prob_diff"] = max(max_prob_diff(answers["engine"], answers["naive"]),
                                max_prob_diff(answers["engine"], answers["batched"]),
                                max_prob_diff(answers["engine"], answers["engine_tree"]),
@@ -458,6 +527,8 @@ def cost_by_questions(engine, longs: dict[int, Request], reps: int, device) -> d
     times: dict[int, list[float]] = {n: [] for n in longs}
     for _ in range(reps):
         for n, req in longs.items():
+            if engine.prefix_store is not None:
+                engine.prefix_store.clear(keep_pinned=True)  # the same state again: a fresh request
             _sync(device)
             t0 = time.perf_counter()
             engine.decide(req)
@@ -475,22 +546,34 @@ def cost_by_questions(engine, longs: dict[int, Request], reps: int, device) -> d
 
 def markdown(result: dict) -> str:
     lines = ["| workload | variant | decisions/s | requests/s | tokens/s | p50 s | p95 s | peak MB | "
-             "% matmul peak | vs naive | vs batched |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "% matmul peak | accuracy | vs naive | vs batched |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for w in result["workloads"]:
-        for v in VARIANTS:
-            m = w["variants"][v]
+        for v, m in w["variants"].items():
             ratio_n = m["decisions_per_s"] / w["variants"]["naive"]["decisions_per_s"]
             ratio_b = m["decisions_per_s"] / w["variants"]["batched"]["decisions_per_s"]
+            acc = "—" if m.get("accuracy") is None else f"{100 * m['accuracy']:.1f}%"
             lines.append(f"| {w['name']} | {v} | {m['decisions_per_s']:.2f} | {m['requests_per_s']:.3f} | "
                          f"{m['tokens_per_s']:.0f} | {m['latency_p50_s']:.2f} | {m['latency_p95_s']:.2f} | "
-                         f"{m['peak_memory_bytes'] / 2**20:.0f} | {100 * m['share_of_matmul_peak']:.1f} | "
+                         f"{m['peak_memory_bytes'] / 2**20:.0f} | {100 * m['share_of_matmul_peak']:.1f} | {acc} | "
                          f"{ratio_n:.2f}x | {ratio_b:.2f}x |")
     lines.append("")
-    lines.append("| workload | max prob diff | engine padding share | engine vs engine_tree |")
-    lines.append("|---|---|---|---|")
+    lines.append("| workload | max prob diff | engine padding share | engine vs engine_tree | prefix cache hit rate |")
+    lines.append("|---|---|---|---|---|")
     for w in result["workloads"]:
+        hit = w.get("prefix_cache_hit_rate")
         lines.append(f"| {w['name']} | {w['max_prob_diff']:.2e} | {w['padding_share']:.3f} | "
-                     f"{w['ratio_vs_tree_path']:.2f}x |")
+                     f"{w['ratio_vs_tree_path']:.2f}x | {'—' if hit is None else f'{100 * hit:.1f}%'} |")
+    for w in result["workloads"]:
+        if "ratio_vs_peer" in w:
+            e, p = w["variants"]["engine"], w["variants"]["peer"]
+            lines += ["", f"peer ({PEER} {w.get('peer_version')}, same weights, its own prompts) on {w['name']}: "
+                          f"engine {w['ratio_vs_peer']:.2f}x the peer's decisions/s ({e['decisions_per_s']:.2f} vs "
+                          f"{p['decisions_per_s']:.2f}); tokens per decision {e['tokens'] / w['decisions']:.0f} vs "
+                          f"{p['tokens'] / w['decisions']:.0f}; tokens/s {e['tokens_per_s']:.0f} vs "
+                          f"{p['tokens_per_s']:.0f}; accuracy {100 * e['accuracy']:.1f}% vs {100 * p['accuracy']:.1f}% "
+                          f"(chance {100 * w['chance']:.1f}%, majority {100 * w['gold_majority']:.1f}%)"]
+    if result.get("peer_skipped"):
+        lines += ["", result["peer_skipped"]]
     c = result["cost_by_questions"]
     lines += ["", "| questions on one state (engine, one request) | seconds | tokens | time vs 1q | tokens vs 1q |",
               "|---|---|---|---|---|"]
@@ -518,6 +601,9 @@ def parse_args(argv):
     p.add_argument("--output", default="bench-results/bench.json",
                    help="JSON result path, a .md table is written beside it (default bench-results/bench.json, "
                         "git-ignored)")
+    p.add_argument("--peer", choices=("auto", "on", "off"), default="auto",
+                   help=f"the peer variant on AG News ({PEER} from PyPI, same weights): auto runs it when installed "
+                        "(default auto; on: exit 2 when it is not installed)")
     p.add_argument("--tolerance", type=float, default=None,
                    help="max allowed probability difference (default 1e-4 float32, 2e-2 otherwise)")
     return p.parse_args(argv)
@@ -534,6 +620,19 @@ def main(argv: list[str] | None = None) -> int:
     tol = args.tolerance if args.tolerance is not None else (1e-4 if dtype == torch.float32 else 2e-2)
     print(f"bench: model weights: {weights}; device {device}, dtype {dtype}, threads {torch.get_num_threads()}",
           flush=True)
+    peer, peer_skipped = None, None
+    if args.peer != "off":
+        from noulengine.bench_peer import Peer, peer_unavailable
+
+        peer_skipped = peer_unavailable()
+        if peer_skipped and args.peer == "on":
+            print(f"bench: {peer_skipped}", file=sys.stderr)
+            return 2
+        if peer_skipped:
+            print(f"bench: {peer_skipped}", flush=True)
+        else:
+            peer = Peer(engine)
+            print(f"bench: peer variant: {PEER} {peer.version} on the same weights", flush=True)
     peak = matmul_peak(device, dtype)
     n_params = non_embedding_params(engine.runner.model)
     workloads, longs = build_workloads(args.quick)
@@ -543,18 +642,23 @@ def main(argv: list[str] | None = None) -> int:
               "git_revision": git_revision(), "torch": torch.__version__, "device": str(device),
               "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "dtype": str(dtype).replace("torch.", ""), "threads": torch.get_num_threads(), "weights": weights,
-              "matmul_peak_flops": peak, "non_embedding_params": n_params, "workloads": []}
+              "matmul_peak_flops": peak, "non_embedding_params": n_params, "peer_skipped": peer_skipped,
+              "workloads": []}
     for i, wl in enumerate(workloads):
         print(f"bench: {wl.name} ({wl.note}) ...", flush=True)
         result["workloads"].append(measure_workload(engine, wl, reps=reps, device=device, n_params=n_params,
                                                     peak=peak, attn=args.attn,
-                                                    warmup=workloads[0].requests[0] if i == 0 or args.attn == "flex"
-                                                    else None))
+                                                    warmup=wl.requests[0] if wl.peer and peer is not None
+                                                    else workloads[0].requests[0] if i == 0 or args.attn == "flex"
+                                                    else None, peer=peer))
         w = result["workloads"][-1]
+        vs_peer = f", {w['ratio_vs_peer']:.2f}x peer" if "ratio_vs_peer" in w else ""
         print(f"bench: {wl.name}: engine {w['decisions_per_s']:.2f} decisions/s, {w['ratio_vs_naive']:.2f}x naive, "
-              f"{w['ratio_vs_batched']:.2f}x batched, max prob diff {w['max_prob_diff']:.1e}", flush=True)
+              f"{w['ratio_vs_batched']:.2f}x batched{vs_peer}, max prob diff {w['max_prob_diff']:.1e}", flush=True)
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(result, indent=2))  # partial results survive a kill
+    if peer is not None:
+        peer.close()
     result["cost_by_questions"] = cost_by_questions(engine, longs, max(reps, 2), device)
     result["wall_seconds"] = time.perf_counter() - t_start
     worst = max(w["max_prob_diff"] for w in result["workloads"])

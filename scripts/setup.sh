@@ -2,7 +2,8 @@
 # Create .venv and install noulengine with the embedded default model (CPU build of torch).
 #   bash scripts/setup.sh          # runtime + plots (what the evaluation needs)
 #   bash scripts/setup.sh --serve  # plus the HTTP server (FastAPI + uvicorn) for `noulengine serve`
-#   bash scripts/setup.sh --dev    # plus test, plot and server dependencies (options combine)
+#   bash scripts/setup.sh --bench  # plus the bench's peer variant (anyjev from PyPI)
+#   bash scripts/setup.sh --dev    # plus test, plot, server and peer dependencies (options combine)
 #   TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu bash scripts/setup.sh   # CPU torch off these machines
 # Idempotent: a second run only checks what is installed.
 set -euo pipefail
@@ -13,8 +14,9 @@ extras="plots"  # the evaluation's reliability diagrams need matplotlib
 for opt in "$@"; do
   case "$opt" in
     --serve) extras="$extras,serve" ;;
+    --bench) extras="$extras,bench" ;;
     --dev) extras="$extras,dev" ;;
-    *) echo "setup: unknown option ${opt} (use --serve and/or --dev)" >&2; exit 2 ;;
+    *) echo "setup: unknown option ${opt} (use --serve, --bench and/or --dev)" >&2; exit 2 ;;
   esac
 done
 extras="[$extras]"

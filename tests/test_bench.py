@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from noulengine import Engine
@@ -114,3 +115,28 @@ def test_matmul_peak_is_positive_and_finite_on_cpu():
 
     peak = matmul_peak(torch.device("cpu"), torch.float32, sizes=(64, 96), reps=2)
     assert math.isfinite(peak) and peak > 0
+
+
+def test_peer_variant_runs_on_the_same_weights(tiny_llama, tiny_tokenizer):
+    """The peer (anyjev, the `bench` extra) answers AG News-shaped requests on the engine's own model."""
+    from noulengine.bench_peer import Peer, peer_unavailable
+
+    why = peer_unavailable()
+    if why:
+        pytest.skip(why)
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer)
+    criteria = {"world": "World news.", "sports": "Sports.", "business": "Business.", "sci_tech": "Science."}
+    requests = [request_from_json({"state": {"text": t}, "questions": {
+        "decision": {"type": "choice", "instructions": "Which topic?", "criteria": criteria}}})
+        for t in ("Stocks fell.", "The team won.", "A new chip.")]
+    peer = Peer(engine)
+    try:
+        answers, latency = peer.run(requests)
+        tokens = peer.prompt_tokens(requests)
+    finally:
+        peer.close()
+    assert len(answers) == 3 and len(latency) == 3 and all(t > 0 for t in latency)
+    for per_q in answers:
+        assert len(per_q) == 1 and len(per_q[0]) == 4 and abs(sum(per_q[0]) - 1) < 1e-6
+    assert len(set(tuple(a[0]) for a in answers)) > 1  # the states are really read
+    assert tokens > 3 * 10

@@ -37,6 +37,36 @@ def test_prefix_cache_equals_tree_path(tiny_llama, tiny_qwen2, tiny_tokenizer, r
                 assert max(abs(u - v) for u, v in zip(x.logprobs, b.answers[fld].logprobs)) <= 1e-5
 
 
+@pytest.mark.parametrize("readout", ["symbols", "label-sequence"])
+def test_a_batch_of_tree_requests_equals_each_alone(tiny_llama, tiny_qwen2, tiny_tokenizer, readout):
+    """Several tree requests with prefixes of different lengths in one cached batch: every packed
+    hidden state equals the tree path's for that request alone (the prefix padding is masked)."""
+    from noulengine.engine.prefix_cache import prefix_cached_hidden_batch
+
+    for model in (tiny_llama, tiny_qwen2):
+        cached, tree = _engines(model, tiny_tokenizer, readout=readout)
+        requests = [three_question_request(state="Short."), three_question_request(),
+                    three_question_request(state={"events": ["login", "reset"] * 20})]
+        compiled = [cached.compile(r) for r in requests]
+        with torch.inference_mode():
+            got = prefix_cached_hidden_batch(cached.runner, compiled, [2, 0, 1])
+            for row, i in enumerate([2, 0, 1]):
+                ref = tree.runner.hidden_states(collate(compiled, [i]))[0]
+                n = compiled[i].input_tokens
+                assert float((got[row, :n] - ref[:n]).abs().max()) <= 1e-5
+
+
+def test_cached_batches_keep_each_answer_independent_of_its_neighbours(tiny_llama, tiny_tokenizer):
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer, prefix_cache_mb=0)
+    target = three_question_request(state="The target state.")
+    alone = engine.decide(target)
+    for neighbours in ([three_question_request(state="x " * 30)], [three_question_request(), three_question_request(
+            state="Another state entirely, somewhat longer than the others.")]):
+        together = engine.decide_batch([*neighbours, target])[-1]
+        for fld, ans in alone.answers.items():
+            assert max(abs(u - v) for u, v in zip(ans.logprobs, together.answers[fld].logprobs)) <= 1e-5
+
+
 def test_cached_branches_stay_isolated(tiny_llama, tiny_tokenizer):
     """Changing one branch leaves every other branch's answer bit-identical (they are separate rows)."""
     engine = Engine.from_model(tiny_llama, tiny_tokenizer)
@@ -57,7 +87,7 @@ def test_sliding_window_models_keep_the_tree_path(tiny_gemma3, tiny_tokenizer, m
     def refuse(*args, **kwargs):
         raise AssertionError("the prefix cache path must not run for a sliding-window model")
 
-    monkeypatch.setattr(engine_module, "prefix_cached_hidden", refuse)
+    monkeypatch.setattr(engine_module, "prefix_cached_hidden_batch", refuse)
     assert engine.decide(three_question_request()).ok
 
 

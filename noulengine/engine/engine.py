@@ -25,7 +25,7 @@ from noulengine.compile.layout import CompiledRequest
 from noulengine.engine.batching import collate, plan_batches
 from noulengine.engine.decision import Decision, make_answer
 from noulengine.engine.model_runner import ModelRunner, pick_device, pick_dtype
-from noulengine.engine.prefix_cache import prefix_cache_unsupported, prefix_cached_hidden
+from noulengine.engine.prefix_cache import prefix_cache_unsupported, prefix_cached_hidden_batch
 from noulengine.engine.prefix_store import PrefixKVStore, causal_batch_hidden, prefill
 from noulengine.engine.readout import batch_candidate_logprobs
 from noulengine.records.errors import NonFiniteLogitsError, NoulEngineError, RecordError, UnsupportedModalityError
@@ -269,14 +269,14 @@ class Engine:
         out: list[Any] = [None] * len(compiled)
         # Linear requests and tree requests are planned apart: a batch is either causal (the
         # model's own attention) or a tree batch (dense tree mask), never a mix.
-        # Tree requests use the prefix KV cache one request at a time, where the model allows it.
+        # Tree requests use the prefix KV cache where the model allows it ("cached" batches).
         cached_ok = self.config.prefix_cache and prefix_cache_unsupported(self.runner) is None
         groups: dict[str, list[int]] = {"causal": [], "tree": [], "cached": []}
         for i, c in enumerate(compiled):
             kind = "causal" if self.config.causal_path and c.is_linear else ("cached" if cached_ok else "tree")
             groups[kind].append(i)
-        plans = [("cached", [i]) for i in groups["cached"]]
-        for kind in ("causal", "tree"):
+        plans = []
+        for kind in ("cached", "causal", "tree"):
             members = groups[kind]
             for part in plan_batches([compiled[i].input_tokens for i in members], batch_tokens=budget,
                                      max_batch_size=self.config.max_batch_size):
@@ -289,8 +289,8 @@ class Engine:
             t0 = time.perf_counter()
             if kind == "cached":
                 with torch.inference_mode():
-                    hidden = prefix_cached_hidden(self.runner, compiled[indices[0]], store=store)
-                n_real = n_padded = compiled[indices[0]].input_tokens
+                    hidden = prefix_cached_hidden_batch(self.runner, compiled, indices, store=store)
+                n_real = n_padded = sum(compiled[i].input_tokens for i in indices)
             else:
                 batch = collate(compiled, indices, pad_id=self.pad_id, causal=kind == "causal")
                 if kind == "causal" and store is not None:

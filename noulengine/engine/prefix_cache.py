@@ -2,16 +2,21 @@
 
 The tree path runs a request as one packed sequence of ``L = P + S`` tokens (prefix ``P``,
 branches ``S``) under a dense ``(L, L)`` mask, so attention costs ``(P + S)^2`` pairs, most of them
-masked (branch-to-other-branch). This path instead:
+masked (branch-to-other-branch). This path instead, for a batch of tree requests planned like any
+other batch (longest first, under the token budget):
 
-1. prefills the prefix alone with the model's own causal attention (``use_cache=True``), keeping
-   its keys and values in a :class:`transformers.DynamicCache` (with cross-request prefix
-   caching, only the part after the longest cached prefix: :mod:`noulengine.engine.prefix_store`);
-2. runs the branches as a batch of ``B`` rows (row ``r`` = branch ``r`` and its label-sequence
-   candidates, packed in the tree's order), right-padded to ``b`` tokens, against the cached
-   prefix: the cache is expanded to ``B`` rows without copying (``Tensor.expand``), each row gets
-   the tree's own position ids (continuing from the prefix) and a ``(b, P + b)`` mask (the whole
-   prefix, plus the tree mask restricted to its own branch). Attention costs ``B * b * (P + b)``.
+1. prefills the requests' prefixes as one right-padded batch with the model's own causal
+   attention (``use_cache=True``), keeping their keys and values in a
+   :class:`transformers.DynamicCache` (with cross-request prefix caching, only the part after
+   the longest stored prefix they share, and nothing for a prefix stored whole:
+   :mod:`noulengine.engine.prefix_store`);
+2. runs every branch of every request as one batch of rows (row ``r`` = one branch and its
+   label-sequence candidates, packed in the tree's order), right-padded to ``b`` tokens,
+   against its own request's cached prefix (padded to the longest prefix ``P``, the padding
+   masked out; a single request's prefix is shared by its rows as ``Tensor.expand`` views): each
+   row gets the tree's own position ids (continuing from the prefix) and a ``(b, P + b)`` mask
+   (its request's prefix, plus the tree mask restricted to its own branch). Attention costs
+   ``rows * b * (P + b)``.
 
 The hidden states are scattered back to the packed positions, so the readout is the tree path's.
 The tree path stays the reference (``tests/test_prefix_cache.py``: equal within 1e-5).
@@ -50,58 +55,122 @@ def _branch_rows(compiled: CompiledRequest) -> list[list[int]]:
 
 
 def prefix_cached_hidden(runner, compiled: CompiledRequest, store=None) -> torch.Tensor:
-    """(1, L, D) final hidden states of one compiled request, computed with a prefix KV cache.
+    """(1, L, D) final hidden states of one compiled request (:func:`prefix_cached_hidden_batch`
+    with one request)."""
+    return prefix_cached_hidden_batch(runner, [compiled], [0], store=store)
+
+
+def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices: list[int],
+                               store=None) -> torch.Tensor:
+    """(B, L, D) final hidden states of ``B`` tree requests, computed with prefix KV caches.
+
+    Two passes for the whole batch:
+
+    1. the requests' prefixes (root segments) as one right-padded causal batch, after the
+       longest prefix they all share that ``store`` holds (usually the frame head); a request
+       whose whole prefix is stored (the same state again) skips this pass;
+    2. every branch of every request as one batch of rows against the cached prefixes: row
+       ``r`` holds one branch with its label-sequence candidates, the tree's own position ids,
+       its request's prefix keys/values (padded to the longest prefix; the padding masked out)
+       and the tree mask restricted to that branch.
 
     Args:
         runner: the engine's :class:`~noulengine.engine.model_runner.ModelRunner`.
-        compiled: one request (a root segment with at least one branch).
+        requests, indices: the compiled requests and the batch's row order (row ``b`` holds
+            ``requests[indices[b]]``); each request has a root segment and at least one branch.
         store: the engine's :class:`~noulengine.engine.prefix_store.PrefixKVStore` (cross-request
-            prefix caching), or None. With a store, the prefill starts after the longest cached
-            prefix of the request's root segment, and the whole root segment is stored for later
-            requests on the same state (hidden states inside a reused prefix are zeros: no read
-            position lies there).
+            prefix caching), or None. Each request's whole prefix is stored for later requests on
+            the same state; hidden states inside a reused prefix are zeros (no read lies there).
 
     Returns:
-        The same tensor the tree path would give at every position the prefill computed (within
-        float tolerance), model dtype, on device.
+        The tree path's hidden states (within float tolerance) at every position this call
+        computed, model dtype, on device; ``L`` = the longest request.
     """
-    from noulengine.engine.prefix_store import cache_for_rows, prefill
+    from noulengine.engine.prefix_store import PrefixEntry, cache_for_rows, common_prefix_length
 
     dev = runner.device
-    p = compiled.prefix_tokens
-    ids = torch.tensor(compiled.token_ids, dtype=torch.long)
-    pos = torch.tensor(compiled.position_ids, dtype=torch.long)
-    hidden = torch.zeros(1, len(ids), runner.config.hidden_size, dtype=runner.dtype, device=dev)
-    base = store.lookup(compiled.token_ids, p) if store is not None else None
-    start = len(base) if base is not None else 0
-    if start == p:
-        entry = base
-    else:
-        entry, prefix_hidden = prefill(runner, compiled.token_ids[:p], base)
-        hidden[0, start:p] = prefix_hidden
-        if store is not None and store.worth_storing(p, base):
-            store.insert(entry)
-    if store is not None:
-        store.record(compiled.input_tokens, start)
-    rows = _branch_rows(compiled)
-    if not rows:
+    rows_req = [requests[i] for i in indices]
+    width = max(c.input_tokens for c in rows_req)
+    hidden = torch.zeros(len(rows_req), width, runner.config.hidden_size, dtype=runner.dtype, device=dev)
+    prefix_len = [c.prefix_tokens for c in rows_req]
+
+    # 1. prefixes: per request, (keys, values) per layer of shape (1, h, p, d)
+    prefix_kv: list[tuple[list[torch.Tensor], list[torch.Tensor]] | None] = [None] * len(rows_req)
+    todo = []
+    for b, c in enumerate(rows_req):
+        whole = store.lookup(c.token_ids, prefix_len[b]) if store is not None else None
+        if whole is not None and len(whole) == prefix_len[b]:
+            prefix_kv[b] = (whole.keys, whole.values)
+            store.record(c.input_tokens, len(whole))
+        else:
+            todo.append(b)
+    if todo:
+        first = rows_req[todo[0]].token_ids
+        shared = min(prefix_len[b] for b in todo)
+        for b in todo[1:]:
+            shared = common_prefix_length(first, rows_req[b].token_ids, shared)
+        base = store.lookup(first, min(shared, min(prefix_len[b] for b in todo) - 1)) if store is not None else None
+        n = len(base) if base is not None else 0
+        span = max(prefix_len[b] for b in todo) - n
+        ids = torch.zeros((len(todo), span), dtype=torch.long)
+        pos = torch.zeros((len(todo), span), dtype=torch.long)
+        for row, b in enumerate(todo):
+            k = prefix_len[b] - n
+            ids[row, :k] = torch.tensor(rows_req[b].token_ids[n:prefix_len[b]], dtype=torch.long)
+            pos[row, :k] = torch.arange(n, prefix_len[b])
+        cache = cache_for_rows(runner, base, len(todo))
+        # right padding: the model's own causal mask is exact for every real token
+        out = runner.forward_with_cache(ids.to(dev), pos.to(dev), None, cache)
+        for row, b in enumerate(todo):
+            p = prefix_len[b]
+            hidden[b, n:p] = out[row, :p - n]
+            keys = [layer.keys[row:row + 1, :, :p] for layer in cache.layers]
+            values = [layer.values[row:row + 1, :, :p] for layer in cache.layers]
+            prefix_kv[b] = (keys, values)
+            if store is not None:
+                store.record(rows_req[b].input_tokens, n)
+                if store.worth_storing(p, base):  # contiguous copies: a view would keep the batch alive
+                    store.insert(PrefixEntry(tuple(rows_req[b].token_ids[:p]), [k.contiguous() for k in keys],
+                                             [v.contiguous() for v in values]))
+
+    # 2. branches: one row per (request, child of its root)
+    plan = [(b, idx) for b, c in enumerate(rows_req) for idx in _branch_rows(c)]
+    if not plan:
         return hidden
-    b_rows, width = len(rows), max(len(r) for r in rows)
-    tree = compiled.attention_mask()
-    input_ids = torch.full((b_rows, width), int(ids[0]), dtype=torch.long)
-    position_ids = torch.zeros((b_rows, width), dtype=torch.long)
-    mask = torch.zeros((b_rows, 1, width, p + width), dtype=torch.bool)
-    diag = torch.arange(width)
-    mask[:, 0, diag, p + diag] = True  # padding attends to itself: never an all-masked row
-    for r, idx in enumerate(rows):
-        n = len(idx)
+    p_max = max(prefix_len)
+    b_width = max(len(idx) for _, idx in plan)
+    n_rows = len(plan)
+    input_ids = torch.zeros((n_rows, b_width), dtype=torch.long)
+    position_ids = torch.zeros((n_rows, b_width), dtype=torch.long)
+    mask = torch.zeros((n_rows, 1, b_width, p_max + b_width), dtype=torch.bool)
+    diag = torch.arange(b_width)
+    mask[:, 0, diag, p_max + diag] = True  # padding attends to itself: never an all-masked row
+    trees = {}
+    for r, (b, idx) in enumerate(plan):
+        c = rows_req[b]
+        tree = trees.get(b)
+        if tree is None:
+            tree = trees[b] = c.attention_mask()
         t = torch.tensor(idx)
-        input_ids[r, :n] = ids[t]
-        position_ids[r, :n] = pos[t]
-        mask[r, 0, :n, :p] = True  # every branch token sees the whole prefix
-        mask[r, 0, :n, p:p + n] = tree[t][:, t]
+        k = len(idx)
+        input_ids[r, :k] = torch.tensor([c.token_ids[i] for i in idx], dtype=torch.long)
+        position_ids[r, :k] = torch.tensor([c.position_ids[i] for i in idx], dtype=torch.long)
+        mask[r, 0, :k, :prefix_len[b]] = True  # every branch token sees its own request's whole prefix
+        mask[r, 0, :k, p_max:p_max + k] = tree[t][:, t]
+    row_request = torch.tensor([b for b, _ in plan], device=dev)
+    layers_k, layers_v = [], []
+    for layer in range(len(prefix_kv[0][0])):
+        k0 = prefix_kv[0][0][layer]
+        keys = k0.new_zeros((len(rows_req), k0.shape[1], p_max, k0.shape[3]))
+        values = torch.zeros_like(keys)
+        for b, (ks, vs) in enumerate(prefix_kv):
+            keys[b, :, :prefix_len[b]] = ks[layer][0]
+            values[b, :, :prefix_len[b]] = vs[layer][0]
+        layers_k.append(keys.index_select(0, row_request) if len(rows_req) > 1 else keys)
+        layers_v.append(values.index_select(0, row_request) if len(rows_req) > 1 else values)
+    branch_cache = cache_for_rows(runner, PrefixEntry((), layers_k, layers_v), n_rows)
     branch_hidden = runner.forward_with_cache(input_ids.to(dev), position_ids.to(dev), runner._device_mask(mask),
-                                              cache_for_rows(runner, entry, b_rows))
-    for r, idx in enumerate(rows):
-        hidden[0, torch.tensor(idx, device=dev)] = branch_hidden[r, :len(idx)]
+                                              branch_cache)
+    for r, (b, idx) in enumerate(plan):
+        hidden[b, torch.tensor(idx, device=dev)] = branch_hidden[r, :len(idx)]
     return hidden

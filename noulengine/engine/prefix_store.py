@@ -164,11 +164,11 @@ class PrefixKVStore:
         self.stats.inserts += 1
         return True
 
-    def clear(self) -> None:
-        """Drop every entry (pinned ones too); the counters stay."""
-        self._entries.clear()
-        self._lengths.clear()
-        self.nbytes = 0
+    def clear(self, *, keep_pinned: bool = False) -> None:
+        """Drop every entry (pinned ones too, unless ``keep_pinned``); the counters stay."""
+        for entry in [e for e in self._entries.values() if not (keep_pinned and e.pinned)]:
+            del self._entries[entry.ids]
+            self._forget(entry)
 
     def _forget(self, entry: PrefixEntry) -> None:
         self.nbytes -= entry.nbytes
@@ -181,19 +181,26 @@ class PrefixKVStore:
 def cache_for_rows(runner, entry: PrefixEntry | None, rows: int):
     """A :class:`transformers.DynamicCache` holding ``entry`` for each of ``rows`` batch rows.
 
-    The rows are ``Tensor.expand`` views of one copy of the entry (the cache concatenates the
-    next pass's keys onto them, which allocates the ``rows``-row result); the entry's own tensors
-    are never modified.
+    An entry with one row is shared by every row as ``Tensor.expand`` views of one copy; an
+    entry with ``rows`` rows (one prefix per row) is used as it is. The cache concatenates the
+    next pass's keys onto them (allocating the ``rows``-row result); the entry's own tensors are
+    never modified.
+
+    Raises:
+        ValueError: the entry has neither 1 nor ``rows`` rows.
     """
     from transformers import DynamicCache
 
     cache = DynamicCache(config=runner.config)
     if entry is not None:
         for layer, (k, v) in enumerate(zip(entry.keys, entry.values)):
+            if k.shape[0] not in (1, rows):
+                raise ValueError(f"cache_for_rows: an entry of {k.shape[0]} rows cannot fill {rows} rows")
             cache.update(k, v, layer)
             held = cache.layers[layer]
-            held.keys = held.keys.expand(rows, -1, -1, -1)
-            held.values = held.values.expand(rows, -1, -1, -1)
+            if k.shape[0] != rows:
+                held.keys = held.keys.expand(rows, -1, -1, -1)
+                held.values = held.values.expand(rows, -1, -1, -1)
     return cache
 
 
