@@ -321,6 +321,7 @@ def long_state_requests(max_chars: int, counts: tuple[int, ...] = QUESTION_COUNT
     return {n: Request(state=best.request.state, questions=tuple(questions[:n]), id=f"long{n}") for n in counts}
 
 
+WORKLOAD_NAMES = ("typed_decisions", "long_state_16q", "long_state_32q", "agnews_1q")  # build_workloads' order
 AGNEWS_SEED = 0  # issue #15's peer measurement: random.Random(0) shuffle of the test file, first N rows
 
 
@@ -601,6 +602,9 @@ def parse_args(argv):
     p.add_argument("--output", default="bench-results/bench.json",
                    help="JSON result path, a .md table is written beside it (default bench-results/bench.json, "
                         "git-ignored)")
+    p.add_argument("--workloads", default=None,
+                   help="comma-separated workloads to run (default all: typed_decisions, long_state_16q, "
+                        "long_state_32q, agnews_1q)")
     p.add_argument("--peer", choices=("auto", "on", "off"), default="auto",
                    help=f"the peer variant on AG News ({PEER} from PyPI, same weights): auto runs it when installed "
                         "(default auto; on: exit 2 when it is not installed)")
@@ -614,6 +618,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     reps = args.reps or (1 if args.quick else 2)
+    wanted = [w.strip() for w in (args.workloads or "").split(",") if w.strip()]
+    unknown = sorted(set(wanted) - set(WORKLOAD_NAMES))
+    if unknown:  # refused before the model loads
+        print(f"bench: unknown workloads {unknown}; choose from {list(WORKLOAD_NAMES)}", file=sys.stderr)
+        return 2
     t_start = time.perf_counter()
     engine, weights = load_engine(args)
     device, dtype = engine.runner.device, engine.runner.dtype
@@ -636,6 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     peak = matmul_peak(device, dtype)
     n_params = non_embedding_params(engine.runner.model)
     workloads, longs = build_workloads(args.quick)
+    if wanted:
+        workloads = [w for w in workloads if w.name in wanted]
     result = {"config": {"quick": args.quick, "reps": reps, "model": args.model or "default",
                          "model_config": args.model_config, "attn": args.attn,
                          "batch_tokens": engine.config.batch_tokens, "tolerance": tol},

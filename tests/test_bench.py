@@ -140,3 +140,11 @@ def test_peer_variant_runs_on_the_same_weights(tiny_llama, tiny_tokenizer):
         assert len(per_q) == 1 and len(per_q[0]) == 4 and abs(sum(per_q[0]) - 1) < 1e-6
     assert len(set(tuple(a[0]) for a in answers)) > 1  # the states are really read
     assert tokens > 3 * 10
+
+
+def test_workload_names_match_the_builder_and_unknown_ones_exit_2():
+    from noulengine.bench import WORKLOAD_NAMES, build_workloads, main
+
+    workloads, _ = build_workloads(quick=True)
+    assert tuple(w.name for w in workloads) == WORKLOAD_NAMES
+    assert main(["--workloads", "agnews_1q,typo"]) == 2
