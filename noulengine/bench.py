@@ -359,8 +359,9 @@ def load_engine(args):
     if args.model_config is None:
         # calibration "none": the variants compare forward passes and readouts; a trained model's
         # shipped temperatures would apply to the engine variant only and read as a disagreement
+        kw = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
         return Engine.from_pretrained(args.model, device=args.device, dtype=args.dtype, debias="none",
-                                      calibration="none"), "pretrained"
+                                      calibration="none", **kw), "pretrained"
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from noulengine.models.loading import resolve_model
@@ -379,7 +380,8 @@ def load_engine(args):
     finally:
         torch.set_default_dtype(old)
     model.eval()
-    return Engine.from_model(model, tokenizer, device=str(dev), debias="none"), "random weights"
+    kw = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
+    return Engine.from_model(model, tokenizer, device=str(dev), debias="none", **kw), "random weights"
 
 
 def git_revision() -> str:
@@ -602,6 +604,9 @@ def parse_args(argv):
     p.add_argument("--output", default="bench-results/bench.json",
                    help="JSON result path, a .md table is written beside it (default bench-results/bench.json, "
                         "git-ignored)")
+    p.add_argument("--batch-tokens", type=int, default=None,
+                   help="padded tokens per forward pass for the engine and the padded batches (default the "
+                        "engine's, 8192)")
     p.add_argument("--workloads", default=None,
                    help="comma-separated workloads to run (default all: typed_decisions, long_state_16q, "
                         "long_state_32q, agnews_1q)")
@@ -618,6 +623,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     reps = args.reps or (1 if args.quick else 2)
+    if args.batch_tokens is not None and args.batch_tokens < 1:
+        print(f"bench: --batch-tokens must be >= 1, got {args.batch_tokens}", file=sys.stderr)
+        return 2
     wanted = [w.strip() for w in (args.workloads or "").split(",") if w.strip()]
     unknown = sorted(set(wanted) - set(WORKLOAD_NAMES))
     if unknown:  # refused before the model loads

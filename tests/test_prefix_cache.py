@@ -14,7 +14,7 @@ from tests.conftest import three_question_request
 
 
 def _engines(model, tokenizer, **kw):
-    cached = Engine.from_model(model, tokenizer, **kw)
+    cached = Engine.from_model(model, tokenizer, prefix_cache_min_tokens=0, **kw)  # every tree request cached
     tree = Engine.from_model(model, tokenizer, prefix_cache=False, causal_path=False, **kw)
     return cached, tree
 
@@ -57,7 +57,7 @@ def test_a_batch_of_tree_requests_equals_each_alone(tiny_llama, tiny_qwen2, tiny
 
 
 def test_cached_batches_keep_each_answer_independent_of_its_neighbours(tiny_llama, tiny_tokenizer):
-    engine = Engine.from_model(tiny_llama, tiny_tokenizer, prefix_cache_mb=0)
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer, prefix_cache_mb=0, prefix_cache_min_tokens=0)
     target = three_question_request(state="The target state.")
     alone = engine.decide(target)
     for neighbours in ([three_question_request(state="x " * 30)], [three_question_request(), three_question_request(
@@ -69,7 +69,7 @@ def test_cached_batches_keep_each_answer_independent_of_its_neighbours(tiny_llam
 
 def test_cached_branches_stay_isolated(tiny_llama, tiny_tokenizer):
     """Changing one branch leaves every other branch's answer bit-identical (they are separate rows)."""
-    engine = Engine.from_model(tiny_llama, tiny_tokenizer)
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer, prefix_cache_min_tokens=0)
     a = three_question_request()
     b = copy.deepcopy(a)
     b["questions"]["risk"]["instructions"] = "How risky!"
@@ -89,6 +89,30 @@ def test_sliding_window_models_keep_the_tree_path(tiny_gemma3, tiny_tokenizer, m
 
     monkeypatch.setattr(engine_module, "prefix_cached_hidden_batch", refuse)
     assert engine.decide(three_question_request()).ok
+
+
+def test_short_tree_requests_keep_the_tree_path_unless_their_prefix_is_stored(tiny_llama, tiny_tokenizer,
+                                                                              monkeypatch):
+    import noulengine.engine.engine as engine_module
+
+    seen = []
+    real = engine_module.prefix_cached_hidden_batch
+    monkeypatch.setattr(engine_module, "prefix_cached_hidden_batch",
+                        lambda runner, compiled, indices, store=None: (seen.extend(compiled[i].input_tokens
+                                                                                   for i in indices),
+                                                                       real(runner, compiled, indices, store))[1])
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer, prefix_cache_min_tokens=200)
+    short, long = three_question_request(state="Short."), three_question_request(state="many words here " * 60)
+    assert engine.compile(short).input_tokens < 200 <= engine.compile(long).input_tokens
+    assert all(d.ok for d in engine.decide_batch([short, long]))
+    assert seen == [engine.compile(long).input_tokens]  # only the long one took the cached path
+    again = three_question_request(state="many words here " * 60)
+    again["questions"]["risk"]["instructions"] = "Risk now?"
+    seen.clear()
+    engine.config.prefix_cache_min_tokens = 10_000
+    assert engine.decide(again).ok and len(seen) == 1  # short of the threshold, but its prefix is stored
+    with pytest.raises(ValueError, match="prefix_cache_min_tokens"):
+        Engine.from_model(tiny_llama, tiny_tokenizer, prefix_cache_min_tokens=-1)
 
 
 @pytest.mark.gpu

@@ -92,7 +92,7 @@ def test_frame_head_is_a_token_prefix_of_ordinary_requests(tiny_tokenizer, reado
 
 # ------------------------------------------------------------------------------- answers
 def _pair(model, tokenizer, **kw):
-    fast = Engine.from_model(model, tokenizer, **kw)
+    fast = Engine.from_model(model, tokenizer, prefix_cache_min_tokens=0, **kw)  # every tree request cached
     tree = Engine.from_model(model, tokenizer, causal_path=False, prefix_cache=False, **kw)
     return fast, tree
 
@@ -130,7 +130,7 @@ def test_a_repeated_state_reuses_its_whole_prefix(tiny_llama, tiny_qwen2, tiny_t
 
 
 def test_cached_entries_are_never_modified(tiny_llama, tiny_tokenizer):
-    engine = Engine.from_model(tiny_llama, tiny_tokenizer)
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer, prefix_cache_min_tokens=0)
     engine.decide(three_question_request())
     entries = list(engine.prefix_store._entries.values())
     snapshot = [[k.clone() for k in e.keys] for e in entries]
