@@ -121,7 +121,7 @@ def test_short_tree_requests_keep_the_tree_path_unless_their_prefix_is_stored(ti
 def test_fast_paths_on_cuda_match_the_tree_path(tiny_llama, tiny_tokenizer, dtype):
     """The causal path and the prefix cache on CUDA against the dense tree path on CUDA."""
     model = copy.deepcopy(tiny_llama).to("cuda", dtype=dtype)
-    fast = Engine.from_model(model, tiny_tokenizer)
+    fast = Engine.from_model(model, tiny_tokenizer, prefix_cache_min_tokens=0)  # every tree request cached
     tree = Engine.from_model(model, tiny_tokenizer, prefix_cache=False, causal_path=False)
     requests = [three_question_request(), {"state": "x", "questions": {"q": {"type": "noul", "instructions": "Is it?"}}}]
     tol = 1e-4 if dtype == torch.float32 else 5e-2
