@@ -156,3 +156,20 @@ def test_sliding_window_models_have_no_store(tiny_gemma3, tiny_tokenizer):
     engine = Engine.from_model(tiny_gemma3, tiny_tokenizer)
     assert engine.prefix_store is None
     assert engine.decide(_noul("x")).ok
+
+
+def test_a_context_window_too_small_for_the_head_probes_still_answers(tiny_llama, tiny_tokenizer):
+    """The frame head is computed from probe requests; if they cannot compile, nothing is seeded."""
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer)
+    fits = len(engine.compile(_noul("x")).token_ids)
+    small = Engine.from_model(tiny_llama, tiny_tokenizer, max_positions=fits)
+    assert small.decide(_noul("x")).ok
+    assert len(small.prefix_store) == 0  # the probes ("{"a": 1}", ...) do not fit: no head entry
+
+
+def test_the_tiny_head_is_long_enough_to_be_seeded(tiny_llama, tiny_tokenizer):
+    """Keeps the test above meaningful: with room, the tiny tokenizer's frame head is seeded."""
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer)
+    assert len(engine.compiler.frame_head_ids()) >= engine.prefix_store.min_tokens
+    engine.decide(_noul("x"))
+    assert len(engine.prefix_store) == 1

@@ -330,7 +330,10 @@ class Engine:
         store = self.prefix_store
         if store is not None and not self._frame_head_seeded:
             self._frame_head_seeded = True
-            head = self.compiler.frame_head_ids()
+            try:
+                head = self.compiler.frame_head_ids()
+            except NoulEngineError:  # e.g. a context window too small for the probe requests:
+                head = ()  # no head to share; batch-shared and state prefixes are still cached
             if len(head) >= store.min_tokens:
                 with torch.inference_mode():
                     entry, _ = prefill(self.runner, head)
