@@ -173,3 +173,54 @@ def test_the_tiny_head_is_long_enough_to_be_seeded(tiny_llama, tiny_tokenizer):
     assert len(engine.compiler.frame_head_ids()) >= engine.prefix_store.min_tokens
     engine.decide(_noul("x"))
     assert len(engine.prefix_store) == 1
+
+
+def test_stored_prefixes_own_their_memory(tiny_llama, tiny_tokenizer):
+    """An entry's tensors are copies: their storage is what nbytes counts (a view of the batch's
+    cache would keep every row alive; found by review)."""
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer, prefix_cache_min_tokens=0)
+    requests = [three_question_request(state="word " * (5 + 7 * i)) for i in range(4)]
+    assert all(d.ok for d in engine.decide_batch(requests))
+    store = engine.prefix_store
+    assert len(store) >= 4
+    for entry in store._entries.values():
+        held = sum(t.untyped_storage().nbytes() for t in (*entry.keys, *entry.values))
+        assert held == entry.nbytes
+
+
+def test_weights_changed_in_place_need_reset_prefix_cache(tiny_llama, tiny_tokenizer):
+    import copy
+
+    model = copy.deepcopy(tiny_llama)
+    engine = Engine.from_model(model, tiny_tokenizer)
+    request = _noul("The login failed again.")
+    engine.decide(request)  # seeds the frame head with the current weights
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    engine.reset_prefix_cache()
+    fresh = Engine.from_model(model, tiny_tokenizer, causal_path=False, prefix_cache=False)
+    assert _max_diff([engine.decide(request)], [fresh.decide(request)]) <= 1e-5
+
+
+def test_mistral_style_sliding_window_models_keep_the_tree_path(tiny_tokenizer):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    cfg = MistralConfig(vocab_size=len(tiny_tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, sliding_window=16,
+                        attn_implementation="sdpa")
+    engine = Engine.from_model(MistralForCausalLM(cfg).eval(), tiny_tokenizer, prefix_cache_min_tokens=0)
+    assert engine.prefix_store is None  # the cache would keep only the last 16 keys
+    long = three_question_request(state="the login failed again from a new device " * 4)
+    assert all(d.ok for d in engine.decide_batch([long, _noul("x")], on_error="raise"))
+
+
+def test_int8_models_get_no_prefix_store(tiny_llama, tiny_tokenizer):
+    import copy
+
+    from noulengine.models.quantize import quantize_int8_dynamic
+
+    engine = Engine.from_model(quantize_int8_dynamic(copy.deepcopy(tiny_llama)), tiny_tokenizer)
+    assert engine.prefix_store is None
+    assert engine.decide(_noul("x")).ok

@@ -324,6 +324,16 @@ class Engine:
         self.last_padding_share = 1.0 - real / padded if padded else 0.0
         return out
 
+    def reset_prefix_cache(self) -> None:
+        """Drop every cached prefix (the frame head too; it is prefilled again on next use).
+
+        Call it after changing the model's weights in place (training, a loaded adapter): cached
+        keys and values were computed with the old weights.
+        """
+        if self.prefix_store is not None:
+            self.prefix_store.clear()
+        self._frame_head_seeded = False
+
     def _seeded_prefix_store(self) -> PrefixKVStore | None:
         """The prefix store, with the frame head (every request's first tokens) prefilled and
         pinned on first use; None when cross-request prefix caching is off or unsupported."""

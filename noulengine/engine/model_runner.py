@@ -82,6 +82,9 @@ class ModelRunner:
         self.attn_implementation = getattr(model.config, "_attn_implementation", "sdpa") or "sdpa"
         self.max_positions = int(getattr(text_cfg, "max_position_embeddings", 8192) or 8192)
         self.supports_images = hasattr(model.config, "vision_config")
+        # dynamically quantized int8 layers (models/quantize.py): their activation scales depend on
+        # the whole input tensor, so prefixes computed apart are not exact (no prefix caching)
+        self.quantized = any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules())
         # transformers 5.x renamed the decoder's ``past_key_values`` argument to ``cache``
         # (the old name warns, and goes in 5.40); older versions know only the old one.
         params = inspect.signature(self.base.forward).parameters

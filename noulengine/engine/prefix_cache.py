@@ -33,9 +33,16 @@ from noulengine.compile.layout import CompiledRequest
 
 
 def prefix_cache_unsupported(runner) -> str | None:
-    """Why a model cannot use the prefix cache path, or None when it can."""
+    """Why a model cannot use the prefix cache path (nor cross-request prefix caching), or None."""
     if runner.sliding_window is not None:
         return "sliding-window layers (the cache keeps only the last window of keys)"
+    cfg = runner.config
+    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True) is not False:
+        # Mistral-style configs: a window for every layer, no layer_types (the cache keeps the window only)
+        return "sliding-window attention (the cache keeps only the last window of keys)"
+    if getattr(runner, "quantized", False):
+        # dynamic int8 scales activations per input tensor: a prefix computed apart is not exact
+        return "dynamic int8 quantization (activation scales depend on what is computed together)"
     if runner.attn_implementation not in ("sdpa", "eager"):
         return f"attention implementation {runner.attn_implementation!r}"
     return None
@@ -129,9 +136,9 @@ def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices:
             prefix_kv[b] = (keys, values)
             if store is not None:
                 store.record(rows_req[b].input_tokens, n)
-                if store.worth_storing(p, base):  # contiguous copies: a view would keep the batch alive
-                    store.insert(PrefixEntry(tuple(rows_req[b].token_ids[:p]), [k.contiguous() for k in keys],
-                                             [v.contiguous() for v in values]))
+                if store.worth_storing(p, base):  # copies: a view (even a contiguous one) keeps the batch alive
+                    store.insert(PrefixEntry(tuple(rows_req[b].token_ids[:p]), [k.clone() for k in keys],
+                                             [v.clone() for v in values]))
 
     # 2. branches: one row per (request, child of its root)
     plan = [(b, idx) for b, c in enumerate(rows_req) for idx in _branch_rows(c)]

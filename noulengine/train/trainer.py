@@ -215,8 +215,9 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
     n_trainable = sum(p.numel() for p in params)
     # The serving engine's own compiler (and pad id) compiles the training rows; its runner, in
     # train mode, runs the training forward pass; the same engine scores the selection rows.
+    # No cross-request prefix caching: the weights change after every step, cached keys would not.
     engine = Engine.from_model(model, tokenizer, readout=config.readout, batch_tokens=config.batch_tokens,
-                               device=str(device))
+                               device=str(device), prefix_cache_mb=0)
     runner, compiler, pad_id = engine.runner, engine.compiler, engine.pad_id
     model.train()
     autocast = torch.bfloat16 if device.type == "cuda" else None
