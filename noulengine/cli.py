@@ -36,6 +36,13 @@ def _tri_state(value: str) -> bool | None:
     return table[value.lower()]
 
 
+def _bool_arg(value: str) -> bool:
+    table = {"true": True, "false": False}
+    if value.lower() not in table:
+        raise argparse.ArgumentTypeError(f"invalid value {value!r} (choose from true, false)")
+    return table[value.lower()]
+
+
 def device_arg(value: str) -> str:
     """``cpu``, ``cuda``, ``cuda:N`` or ``mps``: checked when the flag is parsed, before any model loads.
 
@@ -103,9 +110,12 @@ def add_engine_args(parser: argparse.ArgumentParser, *, skip: tuple[str, ...] = 
             ""))
         if default is not None and f.name not in choices:
             help_line += f" (default {default})"
-        if f.type in ("bool | None", bool):
+        if f.type in ("bool | None", bool | None):
             parser.add_argument(flag, type=_tri_state, default=default, metavar="{true,false,auto}",
                                 help=f"{help_line} (default auto)" if default is None else help_line)
+        elif f.type in ("bool", bool):  # a plain bool: true or false ("false" must never read as a truthy string)
+            parser.add_argument(flag, type=_bool_arg, default=default, metavar="{true,false}",
+                                help=f"{help_line} (default {str(default).lower()})")
         elif f.name in choices:
             shown = default if default is not None else "auto"
             parser.add_argument(flag, choices=choices[f.name], default=default,

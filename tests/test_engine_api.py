@@ -95,3 +95,21 @@ def test_score_answers_carry_their_level_texts(tiny_llama, tiny_tokenizer):
     assert a.level_text == a.level_texts[a.label]
     out = json.loads(json.dumps(d.to_dict()))
     assert out["answers"]["urgency"]["level_text"] == a.level_text and "level_texts" not in out["answers"]["flag"]
+
+
+def test_boolean_engine_flags_parse_true_and_false():
+    """`--causal-path false` must turn the path off (a string "false" would read as true)."""
+    import argparse
+
+    import pytest
+
+    from noulengine.cli import _engine_kwargs, add_engine_args
+
+    parser = argparse.ArgumentParser()
+    add_engine_args(parser)
+    _, kw = _engine_kwargs(parser.parse_args(["--causal-path", "false", "--prefix-cache", "TRUE"]))
+    assert kw["causal_path"] is False and kw["prefix_cache"] is True
+    _, kw = _engine_kwargs(parser.parse_args([]))
+    assert kw["causal_path"] is True and kw["prefix_cache"] is True and kw["prefix_cache_mb"] == 256
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--causal-path", "no"])
