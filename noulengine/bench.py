@@ -344,7 +344,7 @@ def build_workloads(quick: bool) -> tuple[list[Workload], dict[int, Request]]:
         Workload("long_state_16q", [longs[16]],
                  f"longest WildJailbreak eval state <= {long_chars} JSON chars, 16 questions"),
         Workload("long_state_32q", [longs[32]],
-                 f"the same state, 32 questions (16 more branches on the same prefix)"),
+                 "the same state, 32 questions (16 more branches on the same prefix)"),
         Workload("agnews_1q", [r.request for r in agnews],
                  f"{agnews_n} AG News test records (random.Random({AGNEWS_SEED}) shuffle), 1 question each",
                  golds=[{f: t.label for f, t in r.targets.items()} for r in agnews], peer=True),
@@ -356,10 +356,10 @@ def load_engine(args):
     from noulengine import Engine
     from noulengine.engine.model_runner import pick_device, pick_dtype
 
+    kw = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
     if args.model_config is None:
         # calibration "none": the variants compare forward passes and readouts; a trained model's
         # shipped temperatures would apply to the engine variant only and read as a disagreement
-        kw = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
         return Engine.from_pretrained(args.model, device=args.device, dtype=args.dtype, debias="none",
                                       calibration="none", **kw), "pretrained"
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
@@ -380,7 +380,6 @@ def load_engine(args):
     finally:
         torch.set_default_dtype(old)
     model.eval()
-    kw = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
     return Engine.from_model(model, tokenizer, device=str(dev), debias="none", **kw), "random weights"
 
 
@@ -421,7 +420,6 @@ def measure_workload(engine, wl: Workload, *, reps: int, device, n_params: int, 
     variants = VARIANTS + (("peer",) if peer is not None and wl.peer else ())
     if "peer" in variants:
         tokens["peer"] = peer.prompt_tokens(wl.requests)
-    hit_rate: list[float] = []
 
     def run(variant, items):
         if variant == "peer":

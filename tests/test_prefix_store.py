@@ -7,7 +7,8 @@ import torch
 
 from noulengine import Engine
 from noulengine.compile.compiler import Compiler, CompilerConfig
-from noulengine.engine.prefix_store import PrefixEntry, PrefixKVStore, common_prefix_length
+from noulengine.compile.layout import common_prefix_length
+from noulengine.engine.prefix_store import PrefixEntry, PrefixKVStore
 from noulengine.records.schema import request_from_json
 from tests.conftest import three_question_request
 

@@ -20,7 +20,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from noulengine.compile.layout import READOUT_MODES, CompiledRequest, QuestionPlan, SequenceBuilder
+from noulengine.compile.layout import (READOUT_MODES, CompiledRequest, QuestionPlan, SequenceBuilder,
+                                       common_prefix_length)
 from noulengine.compile.render import PROMPT_VERSION, render_question, render_state
 from noulengine.compile.symbols import DIGITS, NOUL_CASED, NOUL_WORDS, SYMBOLS, single_token_in_context
 from noulengine.compile.template import PromptFrame, TextTokenizer, build_frame
@@ -252,7 +253,7 @@ class Compiler:
             runs = [self.compile(Request(state=s, questions=(q,))).token_ids for s in self._HEAD_PROBE_STATES]
             n = min(len(r) for r in runs)
             for r in runs[1:]:
-                n = next((i for i in range(n) if r[i] != runs[0][i]), n)
+                n = common_prefix_length(runs[0], r, n)
             self._frame_head = tuple(runs[0][:n])
         return self._frame_head
 
@@ -292,11 +293,7 @@ class Compiler:
         shared = min(len(ids) for ids in full) - 1
         first = full[0]
         for ids in full[1:]:
-            n = 0
-            limit = min(shared, len(ids))
-            while n < limit and ids[n] == first[n]:
-                n += 1
-            shared = n
+            shared = common_prefix_length(first, ids, shared)
         return first[:shared], [ids[shared:] for ids in full]
 
     def spec_key(self, q: Question, mode: str) -> str:

@@ -13,6 +13,7 @@ A candidate's log-probability is the log-sum-exp over its alternatives of the su
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import torch
 
@@ -122,6 +123,21 @@ class CompiledRequest:
         n = seg.numel()
         causal = torch.ones(n, n, dtype=torch.bool).tril_()
         return anc[seg[:, None], seg[None, :]] & causal
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """How many leading ids ``a`` and ``b`` share, at most ``limit``."""
+    n = min(limit, len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def shared_root_prefix(requests: Sequence[CompiledRequest]) -> int:
+    """The longest token prefix all ``requests`` share within every one's root segment."""
+    first = requests[0].token_ids
+    shared = min(r.prefix_tokens for r in requests)
+    for r in requests[1:]:
+        shared = common_prefix_length(first, r.token_ids, shared)
+    return shared
 
 
 class SequenceBuilder:

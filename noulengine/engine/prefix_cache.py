@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from noulengine.compile.layout import CompiledRequest
+from noulengine.compile.layout import CompiledRequest, shared_root_prefix
 
 
 def prefix_cache_unsupported(runner) -> str | None:
@@ -93,7 +93,7 @@ def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices:
         The tree path's hidden states (within float tolerance) at every position this call
         computed, model dtype, on device; ``L`` = the longest request.
     """
-    from noulengine.engine.prefix_store import PrefixEntry, cache_for_rows, common_prefix_length
+    from noulengine.engine.prefix_store import PrefixEntry, cache_for_rows
 
     dev = runner.device
     rows_req = [requests[i] for i in indices]
@@ -113,10 +113,8 @@ def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices:
             todo.append(b)
     if todo:
         first = rows_req[todo[0]].token_ids
-        shared = min(prefix_len[b] for b in todo)
-        for b in todo[1:]:
-            shared = common_prefix_length(first, rows_req[b].token_ids, shared)
-        base = store.lookup(first, min(shared, min(prefix_len[b] for b in todo) - 1)) if store is not None else None
+        # shorter than every todo prefix: a stored entry as long as one would have been a whole hit
+        base = store.lookup(first, shared_root_prefix([rows_req[b] for b in todo])) if store is not None else None
         n = len(base) if base is not None else 0
         span = max(prefix_len[b] for b in todo) - n
         ids = torch.zeros((len(todo), span), dtype=torch.long)
