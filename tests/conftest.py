@@ -32,8 +32,10 @@ def _corpus() -> list[str]:
     return lines
 
 
-@pytest.fixture(scope="session")
-def tiny_tokenizer():
+def build_tiny_tokenizer(extra_specials=(), named=None):
+    """The tiny BPE tokenizer (ChatML template); ``extra_specials`` are added as special tokens,
+    ``named`` (e.g. ``{"image_token": "<image_soft_token>"}``) as named special tokens
+    (``tok.image_token`` / ``tok.image_token_id``, as vision processors read them)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -44,10 +46,21 @@ def tiny_tokenizer():
     trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tk.train_from_iterator(_corpus(), trainer=trainer)
+    added = list(extra_specials) + list((named or {}).values())
+    if added:
+        from tokenizers import AddedToken
+
+        tk.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in added])
+    kwargs = {"extra_special_tokens": dict(named)} if named else {}
     hf = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|im_start|>", eos_token="<|im_end|>",
-                                 pad_token="<|endoftext|>", unk_token="<|endoftext|>")
+                                 pad_token="<|endoftext|>", unk_token="<|endoftext|>", **kwargs)
     hf.chat_template = CHATML
     return hf
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    return build_tiny_tokenizer()
 
 
 def _seed():

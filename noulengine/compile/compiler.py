@@ -25,7 +25,7 @@ from noulengine.compile.layout import (READOUT_MODES, CompiledRequest, QuestionP
 from noulengine.compile.render import PROMPT_VERSION, render_question, render_state
 from noulengine.compile.symbols import DIGITS, NOUL_CASED, NOUL_WORDS, SYMBOLS, single_token_in_context
 from noulengine.compile.template import PromptFrame, TextTokenizer, build_frame
-from noulengine.records.errors import OverlengthError, RecordError, TokenizerError
+from noulengine.records.errors import OverlengthError, RecordError, TokenizerError, UnsupportedModalityError
 from noulengine.records.schema import Question, Request, canonical_json
 
 DEBIAS_MODES = ("none", "permute", "contextual")
@@ -67,12 +67,24 @@ class CompilerConfig:
 class Compiler:
     """Compiles requests for one tokenizer.
 
-    Only ``request.state``, ``request.questions`` and (later) ``request.images`` are read: ids,
-    targets, roles and metadata cannot reach the prompt.
+    Only ``request.state``, ``request.questions`` and ``request.images`` are read: ids, targets,
+    roles and metadata cannot reach the prompt.
+
+    Args:
+        tokenizer: the model's Hugging Face tokenizer (or a :class:`TextTokenizer`).
+        config: :class:`CompilerConfig`.
+        vision: a vision-language model's family adapter
+            (:class:`noulengine.vision.VisionAdapter`); None for a text-only model, which refuses
+            requests with images.
+
+    A request's images go at the start of the user content, before the state, as the block the
+    processor expands their placeholders to (``HEAD + images + state + question + TAIL``; the
+    image block is its own tokenization piece: it holds special tokens).
     """
 
-    def __init__(self, tokenizer, config: CompilerConfig | None = None):
+    def __init__(self, tokenizer, config: CompilerConfig | None = None, *, vision=None):
         self.config = config or CompilerConfig()
+        self.vision = vision
         self.tok = tokenizer if isinstance(tokenizer, TextTokenizer) else TextTokenizer(tokenizer)
         self.frame: PromptFrame = build_frame(self.tok, use_chat_template=self.config.use_chat_template)
         self._symbol_ids: dict[str, int] = {}
@@ -218,13 +230,22 @@ class Compiler:
                                   f"{limit} bytes. Nothing is truncated: shorten the state.")
         b = SequenceBuilder()
         views = [(q, self.choose_mode(q, rid), self._rotations(q)) for q in request.questions]
+        vision = None
+        if request.images:
+            if self.vision is None:
+                raise UnsupportedModalityError(
+                    f"{where}field 'images': this model is text-only and cannot read images "
+                    f"({len(request.images)} given); use a vision-language model or remove the images")
+            vision = self.vision.encode(request.images, record_id=rid)
         branch_texts = [self._question_text(q, mode, r) for q, mode, rotations in views for r in rotations]
-        prefix_ids, branches = self._tokenize_tree(state_text, branch_texts)
+        prefix_ids, branches = self._tokenize_tree(state_text, branch_texts,
+                                                   vision.image_ids if vision is not None else None)
         root = b.add(prefix_ids, -1)
         it = iter(branches)
         plans = [self._compile_question(b, root, q, mode, rotations, [next(it) for _ in rotations])
                  for q, mode, rotations in views]
-        compiled = CompiledRequest(b.token_ids, b.position_ids, b.segment_ids, b.parents, plans, request_id=rid)
+        compiled = CompiledRequest(b.token_ids, b.position_ids, b.segment_ids, b.parents, plans, request_id=rid,
+                                   vision=vision)
         cfg = self.config
         if compiled.max_position > cfg.max_positions:
             raise OverlengthError(f"{where}the request needs {compiled.max_position} positions "
@@ -277,7 +298,8 @@ class Compiler:
             self._branch_cache[key] = text
         return text
 
-    def _tokenize_tree(self, state_text: str, branch_texts: list[str]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    def _tokenize_tree(self, state_text: str, branch_texts: list[str],
+                       image_ids: tuple[int, ...] | None = None) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
         """Token ids of the shared prefix and of each branch, taken from whole-prompt tokenizations.
 
         Each branch's prompt ``HEAD + state + question + TAIL`` is tokenized whole (special tokens
@@ -286,10 +308,19 @@ class Compiler:
         token (the answer is read there). So ``prefix + branch`` is exactly the tokenizer's ids of
         the concatenated text for every branch, whatever the tokenizer merges across the
         state/question boundary.
+
+        ``image_ids`` (the processor's image block) follow HEAD and precede the state; HEAD's
+        joining text is then its own piece, as the special tokens opening the image block make it
+        in a processor's tokenization of the whole text.
         """
         f = self.frame
-        chunks = [f.head_join + state_text + text + f.tail_join for text in branch_texts]
-        full = [f.head_fixed_ids + ids + f.tail_fixed_ids for ids in self.tok.encode_user_batch(chunks)]
+        if image_ids:
+            lead = f.head_fixed_ids + self.tok.encode_user(f.head_join) + tuple(image_ids)
+            chunks = [state_text + text + f.tail_join for text in branch_texts]
+        else:
+            lead = f.head_fixed_ids
+            chunks = [f.head_join + state_text + text + f.tail_join for text in branch_texts]
+        full = [lead + ids + f.tail_fixed_ids for ids in self.tok.encode_user_batch(chunks)]
         shared = min(len(ids) for ids in full) - 1
         first = full[0]
         for ids in full[1:]:

@@ -78,6 +78,9 @@ class CompiledRequest:
         questions: one plan per question, in request order.
         input_tokens: distinct tokens fed to the model (== L).
         max_position: the largest position id + 1 (what the context window must hold).
+        vision: the request's images as the model reads them
+            (:class:`noulengine.vision.VisionInputs`: their expanded tokens sit in the prefix), or
+            None for a text request.
     """
 
     token_ids: list[int]
@@ -86,6 +89,7 @@ class CompiledRequest:
     parents: list[int]
     questions: list[QuestionPlan]
     request_id: str | None = None
+    vision: object | None = None
 
     @property
     def input_tokens(self) -> int:

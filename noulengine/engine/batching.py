@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -21,8 +21,9 @@ class Batch:
             no row is ever fully masked (no NaN). None for a causal batch (every request
             linear, right-padded): the model's own causal attention runs with no dense mask,
             and no real token can see a pad, which all come after it.
-        max_position: the largest position id + 1 in the batch (for sliding-window masks).
         real_tokens: tokens that are not padding.
+        vision: ``(row, prefix_tokens, inputs)`` for each row whose request has images
+            (:class:`noulengine.vision.VisionInputs`), in row order; empty for text batches.
     """
 
     indices: list[int]
@@ -30,6 +31,7 @@ class Batch:
     position_ids: torch.Tensor
     mask: torch.Tensor | None
     real_tokens: int
+    vision: list = field(default_factory=list)
 
     @property
     def causal(self) -> bool:
@@ -87,7 +89,8 @@ def collate(requests: list[CompiledRequest], indices: list[int], *, pad_id: int 
             request must be linear (:attr:`CompiledRequest.is_linear`).
 
     Raises:
-        ValueError: ``causal`` with a request that is not linear.
+        ValueError: ``causal`` with a request that is not linear or has images (image rows need
+            the tree path's merged embeddings and masks).
     """
     rows = [requests[i] for i in indices]
     b, width = len(rows), max(r.input_tokens for r in rows)
@@ -97,17 +100,24 @@ def collate(requests: list[CompiledRequest], indices: list[int], *, pad_id: int 
         bad = [i for i, r in zip(indices, rows) if not r.is_linear]
         if bad:
             raise ValueError(f"causal batch with non-linear requests at {bad}: their trees need the tree mask")
+        with_images = [i for i, r in zip(indices, rows) if r.vision is not None]
+        if with_images:
+            raise ValueError(f"causal batch with image requests at {with_images}: they run on the tree path")
         mask = None
     else:
         mask = torch.zeros((b, 1, width, width), dtype=torch.bool)
         diag = torch.arange(width)
         mask[:, 0, diag, diag] = True  # padding attends to itself: never an all-masked row
     real = 0
+    vision = []
     for row, r in enumerate(rows):
         n = r.input_tokens
         real += n
+        if r.vision is not None:
+            vision.append((row, r.prefix_tokens, r.vision))
         input_ids[row, :n] = torch.tensor(r.token_ids, dtype=torch.long)
         position_ids[row, :n] = torch.tensor(r.position_ids, dtype=torch.long)
         if mask is not None:
             mask[row, 0, :n, :n] = r.attention_mask()
-    return Batch(indices=list(indices), input_ids=input_ids, position_ids=position_ids, mask=mask, real_tokens=real)
+    return Batch(indices=list(indices), input_ids=input_ids, position_ids=position_ids, mask=mask, real_tokens=real,
+                 vision=vision)

@@ -98,12 +98,18 @@ class Engine:
     :meth:`from_model` (an already loaded transformers model and tokenizer).
     """
 
-    def __init__(self, model, tokenizer, config: EngineConfig | None = None, *, identity=None):
+    def __init__(self, model, tokenizer, config: EngineConfig | None = None, *, identity=None, processor=None):
         self.config = config or EngineConfig()
-        self.runner = ModelRunner(model)
+        self.processor = processor
+        vision = None
+        if hasattr(model.config, "vision_config") and processor is not None:
+            from noulengine.vision.adapters import adapter_for
+
+            vision = adapter_for(model.config, processor)  # raises for a family without an adapter
+        self.runner = ModelRunner(model, vision=vision)
         self.tokenizer = tokenizer
         max_pos = self.config.max_positions or self.runner.max_positions
-        self.compiler = Compiler(tokenizer, CompilerConfig(
+        self.compiler = Compiler(tokenizer, vision=vision, config=CompilerConfig(
             readout=self.config.readout, debias="permute" if self.config.debias == "permute" else "none",
             max_positions=max_pos, max_packed_tokens=max(self.config.batch_tokens, max_pos),
             use_chat_template=self.config.use_chat_template, symbols_fallback=bool(self.config.symbols_fallback)))
@@ -177,14 +183,23 @@ class Engine:
             kwargs["calibration"] = None
         config = EngineConfig(model=None if name_or_path is None else str(name_or_path), device=device, dtype=dtype,
                               readout=readout, **kwargs)
-        engine = cls(loaded.model, loaded.tokenizer, config, identity=loaded.identity)
+        engine = cls(loaded.model, loaded.tokenizer, config, identity=loaded.identity, processor=loaded.processor)
         engine.training = loaded.training
         return engine
 
     @classmethod
-    def from_model(cls, model, tokenizer, **kwargs) -> "Engine":
-        """Wrap an already loaded transformers causal LM and its tokenizer."""
-        return cls(model, tokenizer, EngineConfig(**kwargs))
+    def from_model(cls, model, tokenizer, *, processor=None, **kwargs) -> "Engine":
+        """Wrap an already loaded transformers causal LM and its tokenizer.
+
+        Args:
+            processor: a vision-language model's processor (``AutoProcessor``): with it, image
+                requests reach the model; without it a VLM answers text requests only.
+            kwargs: :class:`EngineConfig` fields.
+
+        Raises:
+            UnsupportedModalityError: a VLM family without an adapter (docs/vision.md).
+        """
+        return cls(model, tokenizer, EngineConfig(**kwargs), processor=processor)
 
     # -- public API -------------------------------------------------------------------------
     def decide(self, request: Request | dict) -> Decision:
@@ -279,7 +294,11 @@ class Engine:
         store = self.prefix_store
         groups: dict[str, list[int]] = {"causal": [], "tree": [], "cached": []}
         for i, c in enumerate(compiled):
-            if self.config.causal_path and c.is_linear:
+            if c.vision is not None:
+                # image requests: the tree path only. Their image tokens are placeholders, the
+                # same ids whatever the pixels, so no token-keyed cache may hold them.
+                kind = "tree"
+            elif self.config.causal_path and c.is_linear:
                 kind = "causal"
             elif cached_ok and (c.input_tokens >= self.config.prefix_cache_min_tokens or (
                     store is not None and len(store.lookup(c.token_ids, c.prefix_tokens) or ()) == c.prefix_tokens)):

@@ -65,23 +65,34 @@ class ModelRunner:
 
     The output head is never applied here: :mod:`noulengine.engine.readout` applies it to the
     read positions only.
+
+    Args:
+        model: a transformers causal LM, or a vision-language model
+            (``...ForConditionalGeneration``; its language model is the base).
+        train: put the model in training mode (the trainer's runner).
+        vision: the VLM's family adapter (:class:`noulengine.vision.VisionAdapter`); batches with
+            image rows then run on merged image + token embeddings. None: text only.
     """
 
-    def __init__(self, model, *, train: bool = False):
+    def __init__(self, model, *, train: bool = False, vision=None):
         self.model = model.train() if train else model.eval()
+        self.vision = vision
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.base = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, model.base_model_prefix)
         text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.config = text_cfg
         head = model.get_output_embeddings()
-        self.head = HeadInfo(head.weight, getattr(head, "bias", None), getattr(text_cfg, "final_logit_softcapping", None))
+        softcap = getattr(text_cfg, "final_logit_softcapping", None)
+        if vision is not None and not vision.applies_softcap:
+            softcap = None  # the VLM's own forward does not cap its logits (the readout mirrors the model)
+        self.head = HeadInfo(head.weight, getattr(head, "bias", None), softcap)
         layer_types = getattr(text_cfg, "layer_types", None) or []
         window = getattr(text_cfg, "sliding_window", None)
         self.sliding_window = window if window and "sliding_attention" in layer_types else None
         self.attn_implementation = getattr(model.config, "_attn_implementation", "sdpa") or "sdpa"
         self.max_positions = int(getattr(text_cfg, "max_position_embeddings", 8192) or 8192)
-        self.supports_images = hasattr(model.config, "vision_config")
+        self.supports_images = vision is not None
         # dynamically quantized int8 layers (models/quantize.py): their activation scales depend on
         # the whole input tensor, so prefixes computed apart are not exact (no prefix caching)
         self.quantized = any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules())
@@ -122,11 +133,15 @@ class ModelRunner:
         input_ids = batch.input_ids.to(self.device, non_blocking=True)
         position_ids = batch.position_ids.to(self.device, non_blocking=True)
         mask = batch.mask
+        inputs_embeds = None
+        if batch.vision:
+            inputs_embeds, position_ids, mask = self._vision_inputs(batch, input_ids, position_ids)
         if batch.causal:
             # Linear requests: the model's own causal path (fused causal attention, no dense mask;
             # it builds its own sliding-window mask). Right padding: no real token sees a pad.
             attention_mask = None
-        elif self.attn_implementation == "flex_attention" and self.device.type == "cuda":
+        elif self.attn_implementation == "flex_attention" and self.device.type == "cuda" and not (
+                batch.vision and self.vision.bidirectional_images):
             # CUDA only: a flex BlockMask skips the tiles a branch cannot see (CPU path unchanged).
             from noulengine.engine.flex_attention import runner_attention_mask
 
@@ -138,6 +153,49 @@ class ModelRunner:
                               "sliding_attention": self._device_mask(mask & near[:, None])}
         else:
             attention_mask = self._device_mask(mask)
-        out = self.base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                        use_cache=False)
+        if inputs_embeds is not None:
+            out = self.base(inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids,
+                            use_cache=False)
+        else:
+            out = self.base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            use_cache=False)
         return out.last_hidden_state
+
+    def _vision_inputs(self, batch: Batch, input_ids: torch.Tensor, position_ids: torch.Tensor):
+        """Merged embeddings, position ids and mask for a batch with image rows.
+
+        The image rows' pixel tensors are concatenated in row order and run through the vision
+        tower once; the features replace the image-token embeddings in order (as the model's own
+        forward merges them). The family adapter gives the position ids (Qwen2-VL: 3-D) and,
+        for bidirectional image attention (Gemma 3), the image blocks are added to the tree mask.
+
+        Returns:
+            ``(inputs_embeds (B, L, D) model dtype, position_ids, mask (B, 1, L, L) bool, CPU)``.
+
+        Raises:
+            RuntimeError: a row's image tokens do not match its image features in number.
+        """
+        from noulengine.vision.adapters import image_blocks
+
+        adapter = self.vision
+        items = [inputs for _, _, inputs in batch.vision]
+        tensors = {k: v.to(self.device, dtype=self.dtype if v.is_floating_point() else v.dtype)
+                   for k, v in adapter.concat(items).items()}
+        feats = adapter.image_features(self.model, tensors)
+        is_image = torch.zeros_like(input_ids, dtype=torch.bool)
+        for row, prefix, inputs in batch.vision:
+            row_mask = input_ids[row, :prefix] == adapter.image_token_id
+            if int(row_mask.sum()) != inputs.image_tokens:
+                raise RuntimeError(f"batch row {row}: {int(row_mask.sum())} image tokens in the prefix, "
+                                   f"{inputs.image_tokens} expected")
+            is_image[row, :prefix] = row_mask
+        if feats.shape[0] != int(is_image.sum()):
+            raise RuntimeError(f"the vision tower gave {feats.shape[0]} feature rows for {int(is_image.sum())} "
+                               "image tokens")
+        embeds = self.model.get_input_embeddings()(input_ids)
+        embeds = embeds.masked_scatter(is_image[..., None], feats.to(embeds.dtype))
+        position_ids = adapter.position_ids(self.model, input_ids, position_ids, batch.vision)
+        mask = batch.mask
+        if adapter.bidirectional_images:
+            mask = mask | image_blocks(batch.input_ids, adapter.image_token_id)[:, None]
+        return embeds, position_ids, mask

@@ -191,6 +191,7 @@ class LoadedModel:
             adapter files, so calibration files and run keys tell trained models apart).
         training: the ``training.json`` content for trained models, else None.
         calibration_path: the calibration file shipped with a trained model, or None.
+        processor: a vision-language model's processor (image placeholders and pixels), else None.
     """
 
     model: object
@@ -198,6 +199,7 @@ class LoadedModel:
     identity: ModelIdentity
     training: dict | None = None
     calibration_path: str | None = None
+    processor: object | None = None
 
 
 def default_model_spec() -> str:
@@ -236,16 +238,40 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, dtype=None, dev
         return _load_adapter(path, training, dtype=dtype, device=device, attn_implementation=attn_implementation)
     directory, identity = resolve_model(name_or_path)
     torch_dtype = dtype if dtype is not None else torch.float32
-    tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    processor = None
+    if is_vision_language(directory):
+        # a vision-language checkpoint: its image-text class and its processor (docs/vision.md)
+        from transformers import AutoConfig, AutoModelForImageTextToText
+
+        from noulengine.vision.processor import load_processor
+
+        processor = load_processor(str(directory), AutoConfig.from_pretrained(str(directory), local_files_only=True))
+        tokenizer = processor.tokenizer
+        model_cls = AutoModelForImageTextToText
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        model_cls = AutoModelForCausalLM
     _check_tokenizer(tokenizer, identity, training, directory)
-    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch_dtype, local_files_only=True,
-                                                 attn_implementation=attn_implementation)
+    model = model_cls.from_pretrained(str(directory), dtype=torch_dtype, local_files_only=True,
+                                      attn_implementation=attn_implementation)
     if device is not None:
         model.to(device)
     if training is not None:
         identity = ModelIdentity(training.get("name") or directory.name, str(directory), identity.sha256)
     cal = directory / CALIBRATION_FILE if training is not None else None
-    return LoadedModel(model, tokenizer, identity, training, str(cal) if cal is not None and cal.is_file() else None)
+    return LoadedModel(model, tokenizer, identity, training, str(cal) if cal is not None and cal.is_file() else None,
+                       processor=processor)
+
+
+def is_vision_language(directory: str | os.PathLike) -> bool:
+    """True when ``directory/config.json`` describes a vision-language model (a ``vision_config``)."""
+    path = Path(directory) / "config.json"
+    if not path.is_file():
+        return False
+    try:
+        return "vision_config" in json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
 
 
 def _load_adapter(path: Path, training: dict, *, dtype, device, attn_implementation) -> LoadedModel:
@@ -268,7 +294,8 @@ def _load_adapter(path: Path, training: dict, *, dtype, device, attn_implementat
     h.update(_weights_fingerprint(path).encode())
     identity = ModelIdentity(training.get("name") or path.name, str(path), h.hexdigest())
     cal = path / CALIBRATION_FILE
-    return LoadedModel(model, base.tokenizer, identity, training, str(cal) if cal.is_file() else None)
+    return LoadedModel(model, base.tokenizer, identity, training, str(cal) if cal.is_file() else None,
+                       processor=base.processor)
 
 
 def _check_tokenizer(tokenizer, identity: ModelIdentity, training: dict | None, where: Path) -> None:
