@@ -250,6 +250,10 @@ def cmd_decide(args: argparse.Namespace) -> int:
         if not out_path.parent.is_dir():
             print(f"error: cannot write --output {args.output}: folder {out_path.parent} does not exist", file=sys.stderr)
             return 2
+    from noulengine import envs
+
+    if args.input and not args.media_root and envs.media_root() is None:
+        args.media_root = str(Path(args.input).resolve().parent)  # relative image paths: beside the input file
     ray_config = ray_config_from_args(args) if getattr(args, "ray", False) else None
     if ray_config is not None and args.questions:
         print("error: --ray takes --input FILE (a single request runs locally)", file=sys.stderr)

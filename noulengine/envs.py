@@ -17,6 +17,13 @@ def data_dir() -> Path | None:
     return Path(value) if value else None
 
 
+def media_root() -> Path | None:
+    """``MEDIA_ROOT``: the folder relative image paths in records are read from (default: the
+    records file's folder; the Python API: the working directory)."""
+    value = os.environ.get("MEDIA_ROOT")
+    return Path(value) if value else None
+
+
 def default_device() -> str | None:
     """``NOULENGINE_DEVICE``: force a device ("cpu", "cuda", "cuda:1"); None picks CUDA then CPU."""
     return os.environ.get("NOULENGINE_DEVICE") or None

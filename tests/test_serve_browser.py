@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 
 import pytest
 
@@ -30,22 +27,10 @@ def server(tiny_llama, tiny_tokenizer):
     from noulengine import Engine
     from noulengine.serve.app import create_app
     from noulengine.serve.config import ServeConfig
+    from tests.live_server import live_server
 
-    app = create_app(Engine.from_model(tiny_llama, tiny_tokenizer), ServeConfig(model_name="tiny"))
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    t = threading.Thread(target=srv.run, daemon=True)
-    t.start()
-    deadline = time.monotonic() + 30
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert srv.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    t.join(10)
+    with live_server(create_app(Engine.from_model(tiny_llama, tiny_tokenizer), ServeConfig(model_name="tiny"))) as url:
+        yield url
 
 
 def test_demo_page_renders_answers(server, tmp_path):
@@ -79,5 +64,40 @@ def test_demo_page_renders_answers(server, tmp_path):
             page.click("#submit")
             page.wait_for_selector("#answers[data-done='error']", timeout=30_000)
             assert "400" in page.inner_text("#error") and "text-only" in page.inner_text("#error")
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def vlm_server():
+    from noulengine import Engine
+    from noulengine.serve.app import create_app
+    from noulengine.serve.config import ServeConfig
+    from tests.live_server import live_server
+    from tests.vision_models import build
+
+    model, processor, tokenizer = build("qwen2_vl")
+    engine = Engine.from_model(model, tokenizer, processor=processor)
+    with live_server(create_app(engine, ServeConfig(model_name="tiny-vlm"))) as url:
+        yield url
+
+
+def test_demo_page_uploads_an_image_to_a_vision_model(vlm_server, tmp_path):
+    from PIL import Image
+
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(vlm_server + "/")
+            page.fill("#state", "What is drawn?")
+            img = tmp_path / "red.png"
+            Image.new("RGB", (64, 64), (255, 0, 0)).save(img)
+            page.set_input_files("#images", str(img))
+            page.click("#submit")
+            page.wait_for_selector("#answers[data-done='1']", timeout=30_000)
+            probs = [float(x) for x in page.eval_on_selector_all(
+                "#answers .answer[data-field='topic'] .bar-row .p", "els => els.map(e => e.textContent)")]
+            assert abs(sum(probs) - 1) < 0.01
         finally:
             browser.close()

@@ -86,6 +86,11 @@ def build(family: str, *, seed: int = 0, attn: str = "sdpa", dtype=torch.float32
         raise ValueError(family)
     torch.manual_seed(seed)
     model = model_cls(cfg).to(dtype).eval()
+    if family == "gemma3":
+        # Gemma 3's projector weight starts at zeros (transformers initialises it so): with random
+        # weights the image would not reach the text at all, and no test could see the pixels.
+        with torch.no_grad():
+            model.model.multi_modal_projector.mm_input_projection_weight.normal_(0.0, 0.5)
     return model, proc, tok
 
 

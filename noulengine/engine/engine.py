@@ -57,6 +57,7 @@ class EngineConfig:
             through the model's own causal attention, with no dense tree mask; false runs every request through the tree path (the reference).
         prefix_cache: run tree requests (several branches) with a prefix KV cache: the shared prefix prefilled once, then every branch as a batch against the cached keys and values (models without sliding-window layers; others keep the tree path).
         prefix_cache_min_tokens: tree requests of fewer packed tokens keep the tree path unless their whole prefix is already cached (measured on a 2-core CPU: the cached path ran at 0.91-0.94x the tree path at ~515 tokens, 1.0-1.1x at ~1,400 and 1.4-1.5x at ~2,600); 0 sends every tree request through the prefix cache.
+        media_root: the folder relative image paths in requests are read from (default ``MEDIA_ROOT``, else the --input file's folder for noulengine decide, else the working directory); HTTP requests never read paths.
         prefix_cache_mb: cross-request prefix caching budget in MiB: keys and values of the frame head every request starts with, of prefixes a batch shares and of tree requests' states are kept and reused across requests (LRU, keyed by token ids); 0 turns it off. Used by the causal path and the prefix-cache path (not the tree path, the reference); never for sliding-window or int8 models. Call Engine.reset_prefix_cache() after changing weights in place.
     """
 
@@ -76,6 +77,7 @@ class EngineConfig:
     prefix_cache: bool = True
     prefix_cache_min_tokens: int = 1024
     prefix_cache_mb: int = 256
+    media_root: str | None = None
 
 
 def _error_dict(exc: Exception, record_id=None) -> dict:
@@ -234,7 +236,7 @@ class Engine:
         for i, item in enumerate(items):
             t0 = time.perf_counter()
             try:
-                req = item if isinstance(item, Request) else request_from_json(item)
+                req = item if isinstance(item, Request) else request_from_json(item, media_root=self.media_root)
                 if req.images and not self.runner.supports_images:
                     raise UnsupportedModalityError(
                         f"record {req.id!r}: field 'images': this model is text-only and cannot read images "
@@ -274,8 +276,18 @@ class Engine:
 
     def compile(self, request: Request | dict) -> CompiledRequest:
         """The packed token tree the engine would run for ``request`` (for inspection and tests)."""
-        req = request if isinstance(request, Request) else request_from_json(request)
+        req = request if isinstance(request, Request) else request_from_json(request, media_root=self.media_root)
         return self.compiler.compile(req)
+
+    @property
+    def media_root(self):
+        """Where relative image paths are read from: ``config.media_root``, ``MEDIA_ROOT`` or the
+        working directory."""
+        from pathlib import Path
+
+        from noulengine import envs
+
+        return Path(self.config.media_root) if self.config.media_root else (envs.media_root() or Path.cwd())
 
     # -- internals --------------------------------------------------------------------------
     def _sync(self) -> None:

@@ -1,8 +1,18 @@
-"""Image payloads: strict base64 / data-URL decoding, checked with Pillow.
+"""Image payloads: strict base64 / data-URL decoding, local files, PIL images and bytes, checked
+with Pillow.
 
-Limits (per the HTTP contract, also applied to JSONL records): 12 MB per decoded image,
-16 million pixels per image, static images only. Request-level limits (count, combined size)
-are checked by :func:`check_image_list`.
+Where images come from:
+
+- HTTP and canonical JSON: ``{"type": "image/png", "data": "<base64>"}`` or a ``data:`` URL
+  (:func:`decode_image`); paths and remote URLs are refused there;
+- records files and the CLI: also a local path, relative to the media root (``--media-root``,
+  ``MEDIA_ROOT``, else the records file's folder) or absolute (:func:`load_image_file`);
+- the Python API: also a ``PIL.Image.Image`` or raw encoded bytes (:func:`coerce_image`).
+
+Limits (per the HTTP contract, applied to every source): 12 MB per encoded image (checked
+before reading or decoding), 16 million pixels per image (read from the header, before any
+pixel is decoded: no decompression bomb is expanded), static images only, PNG / JPEG / WebP /
+GIF. Request-level limits (count, combined size) are checked by :func:`check_image_list`.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ MAX_IMAGE_BYTES = 12 * 1024 * 1024
 MAX_TOTAL_IMAGE_BYTES = 32 * 1024 * 1024
 MAX_IMAGE_PIXELS = 16_000_000
 ALLOWED_MIME = ("image/png", "image/jpeg", "image/webp", "image/gif")
+_FORMAT_MIME = {"png": "image/png", "jpeg": "image/jpeg", "mpo": "image/jpeg", "webp": "image/webp", "gif": "image/gif"}
 _DATA_URL = re.compile(r"^data:(image/[a-z0-9.+-]+);base64,(.*)$", re.S)
 _B64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
 
@@ -106,3 +117,94 @@ def check_image_list(images, *, record_id=None) -> None:
     if total > MAX_TOTAL_IMAGE_BYTES:
         raise SizeLimitError(f"images total {total} bytes; the limit is {MAX_TOTAL_IMAGE_BYTES} bytes",
                              limit=MAX_TOTAL_IMAGE_BYTES, actual=total, record_id=record_id, field="images")
+
+
+def image_from_bytes(blob: bytes, *, record_id=None, field="images[0]"):
+    """An :class:`~noulengine.records.schema.Image` from encoded bytes, its type read by Pillow.
+
+    Raises:
+        RecordError / SizeLimitError: over a limit, not an image, an unsupported format, animated.
+    """
+    from PIL import Image as PILImage
+
+    from noulengine.records.schema import Image
+
+    if len(blob) > MAX_IMAGE_BYTES:
+        raise SizeLimitError(f"image is {len(blob)} bytes; the limit is {MAX_IMAGE_BYTES} bytes",
+                             limit=MAX_IMAGE_BYTES, actual=len(blob), record_id=record_id, field=field)
+    try:
+        with PILImage.open(io.BytesIO(blob)) as im:
+            fmt = (im.format or "").lower()
+    except Exception as exc:  # Pillow raises many types for non-images
+        raise RecordError(f"not a decodable image: {exc}", record_id=record_id, field=field) from None
+    mime = _FORMAT_MIME.get(fmt)
+    if mime is None:
+        raise RecordError(f"unsupported image format {fmt or 'unknown'!r}; expected one of {list(ALLOWED_MIME)}",
+                          record_id=record_id, field=field)
+    _check_with_pillow(blob, mime, record_id, field)
+    return Image(mime_type=mime, data=blob)
+
+
+def image_from_pil(image, *, record_id=None, field="images[0]"):
+    """An :class:`~noulengine.records.schema.Image` from a ``PIL.Image.Image`` (stored as PNG,
+    lossless, so the model reads exactly these pixels)."""
+    n = image.width * image.height
+    if n > MAX_IMAGE_PIXELS:
+        raise RecordError(f"image has {n} pixels; the limit is {MAX_IMAGE_PIXELS}", record_id=record_id, field=field)
+    if getattr(image, "is_animated", False) and getattr(image, "n_frames", 1) > 1:
+        raise RecordError("animated images are not supported; send a static image", record_id=record_id, field=field)
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return image_from_bytes(buf.getvalue(), record_id=record_id, field=field)
+
+
+def load_image_file(path: str, *, media_root, record_id=None, field="images[0]"):
+    """An image from a local file: ``path`` relative to ``media_root`` or absolute.
+
+    Raises:
+        RecordError: the file is missing or unreadable (names record, field and both paths), or
+            fails the checks of :func:`image_from_bytes`; SizeLimitError before reading a file
+            over 12 MB.
+    """
+    from pathlib import Path
+
+    full = Path(path).expanduser()
+    if not full.is_absolute():
+        full = Path(media_root) / full
+    if not full.is_file():
+        raise RecordError(f"image file {path!r} not found (looked for {full}; relative paths are read from the media "
+                          f"root {media_root}, set with --media-root or MEDIA_ROOT)", record_id=record_id, field=field)
+    size = full.stat().st_size
+    if size > MAX_IMAGE_BYTES:
+        raise SizeLimitError(f"image file {full} is {size} bytes; the limit is {MAX_IMAGE_BYTES} bytes",
+                             limit=MAX_IMAGE_BYTES, actual=size, record_id=record_id, field=field)
+    try:
+        blob = full.read_bytes()
+    except OSError as exc:
+        raise RecordError(f"cannot read image file {full}: {exc}", record_id=record_id, field=field) from None
+    return image_from_bytes(blob, record_id=record_id, field=field)
+
+
+def coerce_image(raw, *, record_id=None, field="images[0]", media_root=None):
+    """Any accepted image form as a checked :class:`~noulengine.records.schema.Image`.
+
+    Args:
+        raw: ``{"type", "data"}`` or a ``data:`` URL (base64); an ``Image``; a
+            ``PIL.Image.Image``; encoded ``bytes``; or, only when ``media_root`` is given, a
+            local path string.
+        media_root: the folder relative paths are read from; None refuses paths (HTTP).
+
+    Raises:
+        RecordError / SizeLimitError: see :func:`decode_image`, :func:`load_image_file`.
+    """
+    from noulengine.records.schema import Image
+
+    if isinstance(raw, Image):
+        return image_from_bytes(raw.data, record_id=record_id, field=field)
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        return image_from_bytes(bytes(raw), record_id=record_id, field=field)
+    if type(raw).__module__.startswith("PIL.") and hasattr(raw, "save"):
+        return image_from_pil(raw, record_id=record_id, field=field)
+    if isinstance(raw, str) and not raw.startswith("data:") and media_root is not None:
+        return load_image_file(raw, media_root=media_root, record_id=record_id, field=field)
+    return decode_image(raw, record_id=record_id, field=field)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,18 +98,26 @@ def duplicate_id_error(seen: dict, rid, *, file, line) -> RecordError | None:
     return None
 
 
-def load_records(path: str | Path, *, parse: Callable = parse_record, check_duplicate_ids: bool = True) -> LoadResult:
+def load_records(path: str | Path, *, parse: Callable | None = None, check_duplicate_ids: bool = True,
+                 media_root: str | Path | None = None) -> LoadResult:
     """Load canonical records from a JSONL file, collecting every bad line.
 
     Args:
         path: the JSONL file (UTF-8, one object per line).
-        parse: the per-object parser (default :func:`parse_record`).
+        parse: the per-object parser (default :func:`parse_record` with ``media_root``).
         check_duplicate_ids: report a repeated ``id`` as an error on its later line.
+        media_root: the folder relative image paths are read from (default ``MEDIA_ROOT``, else
+            the file's own folder).
 
     Returns:
         :class:`LoadResult`; call ``raise_if_errors()`` to refuse a file with any bad line.
     """
     path = Path(path)
+    if parse is None:
+        from noulengine import envs
+
+        root = media_root if media_root is not None else (envs.media_root() or path.parent)
+        parse = functools.partial(parse_record, media_root=root)
     result = LoadResult()
     seen: dict[str, int] = {}
     for n, text in iter_jsonl_lines(path):

@@ -310,8 +310,12 @@ def _parse_target(q: Question, raw: Any, rid) -> Target:
     return Target(label=label, probabilities=probs)
 
 
-def parse_record(obj: Any) -> Record:
+def parse_record(obj: Any, *, media_root=None) -> Record:
     """Parse one canonical record object.
+
+    Args:
+        media_root: the folder relative image paths are read from (records files); None
+            accepts only inline (base64) images.
 
     Raises:
         RecordError: naming the record id, field and rule.
@@ -327,7 +331,7 @@ def parse_record(obj: Any) -> Record:
     if "state" not in obj:
         raise _fail(rid, "state", "state is required (any JSON value)")
     questions = parse_questions(obj.get("questions"), record_id=rid)
-    parsed_images = _parse_images(rid, [] if obj.get("images") is None else obj["images"])
+    parsed_images = _parse_images(rid, [] if obj.get("images") is None else obj["images"], media_root=media_root)
     role = obj.get("validation_role")
     if role is not None and role not in VALIDATION_ROLES:
         raise _fail(rid, "validation_role", f"expected one of {list(VALIDATION_ROLES)}, got {role!r}")
@@ -364,28 +368,30 @@ def parse_record(obj: Any) -> Record:
                   category=category if isinstance(category, str) else None, metadata=metadata)
 
 
-def _parse_images(rid, images: Any) -> tuple[Image, ...]:
-    """Decode and check every image, then the request-level limits (count, combined bytes)."""
-    from noulengine.records.images import check_image_list
+def _parse_images(rid, images: Any, *, media_root=None) -> tuple[Image, ...]:
+    """Decode and check every image (in order), then the request-level limits (count, combined
+    bytes). The count is checked first, so a request with too many images decodes none."""
+    from noulengine.records.images import MAX_IMAGES, check_image_list, coerce_image
 
-    if not isinstance(images, list):
+    if not isinstance(images, (list, tuple)):
         raise _fail(rid, "images", "images must be a list")
-    parsed = tuple(_record_image(rid, i, im) for i, im in enumerate(images))
+    if len(images) > MAX_IMAGES:
+        raise _fail(rid, "images", f"at most {MAX_IMAGES} images per request, got {len(images)}")
+    parsed = tuple(coerce_image(im, record_id=rid, field=f"images[{i}]", media_root=media_root)
+                   for i, im in enumerate(images))
     check_image_list(parsed, record_id=rid)
     return parsed
 
 
-def _record_image(rid, index: int, raw: Any) -> Image:
-    """Images in JSONL records: ``{"type": "image/png", "data": "<base64>"}``."""
-    from noulengine.records.images import decode_image
-
-    return decode_image(raw, record_id=rid, field=f"images[{index}]")
-
-
-def request_from_json(obj: Any, *, request_id: str | None = None) -> Request:
+def request_from_json(obj: Any, *, request_id: str | None = None, media_root=None) -> Request:
     """Build a :class:`Request` from a JSON object with ``state``, ``questions``, ``images``.
 
     Extra keys (``id``, ``targets``, metadata) are ignored here: they never reach the model.
+
+    Args:
+        media_root: the folder relative image paths are read from; None (HTTP) accepts only
+            inline images: base64 objects or data URLs, or, from Python, ``PIL`` images and
+            encoded bytes.
     """
     if not isinstance(obj, dict):
         raise RecordError(f"a request must be a JSON object, got {type(obj).__name__}")
@@ -399,7 +405,7 @@ def request_from_json(obj: Any, *, request_id: str | None = None) -> Request:
     if "state" not in obj:
         raise _fail(rid, "state", "state is required (any JSON value)")
     questions = parse_questions(obj.get("questions"), record_id=rid)
-    images = _parse_images(rid, [] if obj.get("images") is None else obj["images"])
+    images = _parse_images(rid, [] if obj.get("images") is None else obj["images"], media_root=media_root)
     return Request(state=obj["state"], questions=questions, images=images, id=rid)
 
 

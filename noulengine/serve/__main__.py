@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"without ROUTE=; 'none' removes the cap; repeatable (default {defaults}); more get 422")
     p.add_argument("--model-name", help="name reported in responses and /v1/models (default: the model's name)")
     p.add_argument("--log-level", default="info")
-    add_engine_args(p, skip=("batch_tokens",))
+    add_engine_args(p, skip=("batch_tokens", "media_root"))  # HTTP never reads image paths
     return p
 
 

@@ -69,7 +69,8 @@ def computed_fields(suite: "Suite", data_dir: Path) -> dict:
     prepared = []
     for rel in suite.output_files:
         entry = file_entry(suite.prepared_dir / rel, rel)
-        entry["rows"] = count_lines(suite.prepared_dir / rel)
+        if rel.endswith(".jsonl"):
+            entry["rows"] = count_lines(suite.prepared_dir / rel)
         prepared.append(entry)
     out = {"source_files": sources, "prepared_files": prepared,
            "counts": record_counts(suite.load(auto_prepare=False, verify=False))}

@@ -153,6 +153,8 @@ class Suite:
             SuiteUnavailableError: no data root, or a source file is missing.
         """
         data = resolve_data_dir(source)
+        if data is None and not self.source_files:
+            return self.directory  # a procedural suite reads no data
         if data is None:
             tried = ", ".join(str(p) for p in data_candidates(source))
             raise SuiteUnavailableError(self.name, f"no data folder found (tried {tried}; set NOULENGINE_DATA "
