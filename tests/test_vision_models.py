@@ -228,3 +228,50 @@ def test_gemma3_without_image_block_is_wrong():
     assert max(abs(x - y) for x, y in zip(wrong, ref)) > 1e-4
     right = engine_term_logprobs(engine, [compiled])[plan.field]
     assert max(abs(x - y) for x, y in zip(right, ref)) < 1e-5
+
+
+# -- CUDA: bf16 and flex attention (skipped without a GPU; run by scripts/gpu_check.sh) ---------
+
+def _max_logprob_gap(a, b) -> float:
+    return max(abs(u - v) for f, x in a.answers.items() for u, v in zip(x.logprobs, b.answers[f].logprobs))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_matches_cpu_float32(name, dtype):
+    model, processor, tokenizer = build(name)
+    cpu = Engine.from_model(model, tokenizer, processor=processor, readout="symbols")
+    reqs = [_request(png_bytes(seed=40)), _request(png_bytes(seed=41), png_bytes((40, 64), seed=42)),
+            three_question_request()]
+    want = cpu.decide_batch(reqs)
+    gpu_model, _, _ = build(name, dtype=dtype)
+    gpu = Engine.from_model(gpu_model.to("cuda"), tokenizer, processor=processor, readout="symbols")
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    for a, b in zip(gpu.decide_batch(reqs), want):
+        assert a.ok and b.ok and _max_logprob_gap(a, b) <= tol
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", FAMILIES)
+def test_cuda_flex_attention_matches_sdpa(name):
+    try:
+        flex_model, processor, tokenizer = build(name, attn="flex_attention")
+    except (ValueError, ImportError) as exc:
+        pytest.skip(f"{name}: transformers refuses flex attention here: {exc}")
+    sdpa_model, _, _ = build(name)
+    reqs = [_request(png_bytes(seed=50)), _request(png_bytes(seed=51), png_bytes(seed=52))]
+    flex = Engine.from_model(flex_model.to("cuda"), tokenizer, processor=processor, readout="symbols")
+    sdpa = Engine.from_model(sdpa_model.to("cuda"), tokenizer, processor=processor, readout="symbols")
+    for a, b in zip(flex.decide_batch(reqs), sdpa.decide_batch(reqs)):
+        assert a.ok and b.ok and _max_logprob_gap(a, b) <= 1e-4
+
+
+def test_vlm_without_processor_says_so():
+    model, _, tokenizer = build("qwen2_vl")
+    engine = Engine.from_model(model, tokenizer)
+    assert engine.describe()["vision"] is None
+    out = engine.decide_batch([_request(png_bytes()), three_question_request()])
+    assert "no processor" in out[0].error["message"] and out[1].ok

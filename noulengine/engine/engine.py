@@ -238,9 +238,12 @@ class Engine:
             try:
                 req = item if isinstance(item, Request) else request_from_json(item, media_root=self.media_root)
                 if req.images and not self.runner.supports_images:
+                    why = ("this vision-language model was given no processor (Engine.from_model(..., processor=)), "
+                           "so it cannot read images" if hasattr(self.runner.model.config, "vision_config")
+                           else "this model is text-only and cannot read images")
                     raise UnsupportedModalityError(
-                        f"record {req.id!r}: field 'images': this model is text-only and cannot read images "
-                        f"({len(req.images)} given); use a vision-language model or remove the images")
+                        f"record {req.id!r}: field 'images': {why} ({len(req.images)} given); "
+                        "use a vision-language model or remove the images")
                 compiled[i] = self.compiler.compile(req)
                 parsed[i] = req
             except Exception as exc:  # noqa: BLE001 - one bad request never loses the others' answers
@@ -416,4 +419,5 @@ class Engine:
                 "readout": self.config.readout,
                 "debias": self.config.debias, "calibration": self.config.calibration,
                 "attn_implementation": self.runner.attn_implementation,
+                "vision": self.runner.vision.name if self.runner.vision is not None else None,
                 "config": {f.name: getattr(self.config, f.name) for f in fields(self.config)}}

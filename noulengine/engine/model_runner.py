@@ -77,6 +77,9 @@ class ModelRunner:
     def __init__(self, model, *, train: bool = False, vision=None):
         self.model = model.train() if train else model.eval()
         self.vision = vision
+        # the transformers model under a peft wrapper (the trainer's LoRA model): family adapters
+        # call its own methods (get_image_features, get_rope_index)
+        self.vlm = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.base = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, model.base_model_prefix)
@@ -181,7 +184,7 @@ class ModelRunner:
         items = [inputs for _, _, inputs in batch.vision]
         tensors = {k: v.to(self.device, dtype=self.dtype if v.is_floating_point() else v.dtype)
                    for k, v in adapter.concat(items).items()}
-        feats = adapter.image_features(self.model, tensors)
+        feats = adapter.image_features(self.vlm, tensors)
         is_image = torch.zeros_like(input_ids, dtype=torch.bool)
         for row, prefix, inputs in batch.vision:
             row_mask = input_ids[row, :prefix] == adapter.image_token_id
@@ -192,9 +195,9 @@ class ModelRunner:
         if feats.shape[0] != int(is_image.sum()):
             raise RuntimeError(f"the vision tower gave {feats.shape[0]} feature rows for {int(is_image.sum())} "
                                "image tokens")
-        embeds = self.model.get_input_embeddings()(input_ids)
+        embeds = self.vlm.get_input_embeddings()(input_ids)
         embeds = embeds.masked_scatter(is_image[..., None], feats.to(embeds.dtype))
-        position_ids = adapter.position_ids(self.model, input_ids, position_ids, batch.vision)
+        position_ids = adapter.position_ids(self.vlm, input_ids, position_ids, batch.vision)
         mask = batch.mask
         if adapter.bidirectional_images:
             mask = mask | image_blocks(batch.input_ids, adapter.image_token_id)[:, None]

@@ -7,10 +7,15 @@
   or merged into the weights with ``merge``.
 * ``full``: every parameter.
 * ``top-k``: the top ``top_k`` decoder layers and the final norm; everything below is frozen.
+
+Vision-language models: only the language model trains by default. LoRA adapts the projections of
+its decoder layers (the vision tower's own ``q_proj`` / ``gate_proj`` ... are left alone) and
+``full`` leaves the vision tower and the projector frozen; ``train_vision`` unfreezes them.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -29,9 +34,36 @@ def decoder_layers(model) -> torch.nn.ModuleList:
     return layers
 
 
+def is_vision_language(model) -> bool:
+    """True for a vision-language model (its config has a ``vision_config``)."""
+    return hasattr(getattr(model, "config", None), "vision_config")
+
+
+def vision_parameters(model) -> list[tuple[str, torch.nn.Parameter]]:
+    """The parameters of a VLM outside its language model and output head: the vision tower and
+    the projector (empty for a text model)."""
+    if not is_vision_language(model):
+        return []
+    text = {id(p) for p in model.get_decoder().parameters()}
+    text |= {id(p) for p in model.get_output_embeddings().parameters()}
+    return [(n, p) for n, p in model.named_parameters() if id(p) not in text]
+
+
+def _decoder_prefix(model) -> str:
+    """The qualified module name of the language model (``model.language_model`` in a VLM)."""
+    decoder = model.get_decoder()
+    return next(name for name, module in model.named_modules() if module is decoder)
+
+
 def apply_method(model, *, method: str, lora_r: int = 16, lora_alpha: int = 32, lora_dropout: float = 0.0,
-                 lora_layers: int | None = None, lora_targets: tuple[str, ...] = LORA_TARGETS, top_k: int = 6):
+                 lora_layers: int | None = None, lora_targets: tuple[str, ...] = LORA_TARGETS, top_k: int = 6,
+                 train_vision: bool = False):
     """Make the chosen parameters trainable; returns the (possibly peft-wrapped) model.
+
+    Args:
+        train_vision: a VLM's vision tower and projector train too (``full``: all their
+            parameters; ``lora``: adapters on their projections with the target names); default
+            frozen. No effect on text models.
 
     Raises:
         ValueError: unknown method, or ``lora_layers``/``top_k`` outside 1..num_layers.
@@ -42,6 +74,9 @@ def apply_method(model, *, method: str, lora_r: int = 16, lora_alpha: int = 32, 
     if method == "full":
         for p in model.parameters():
             p.requires_grad_(True)
+        if not train_vision:
+            for _, p in vision_parameters(model):
+                p.requires_grad_(False)
         return model
     for p in model.parameters():
         p.requires_grad_(False)
@@ -64,9 +99,18 @@ def apply_method(model, *, method: str, lora_r: int = 16, lora_alpha: int = 32, 
     targets = [t for t in lora_targets if t in present]
     if not targets:
         raise ValueError(f"none of the LoRA target modules {list(lora_targets)} exist in {type(model).__name__}")
-    cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=targets,
-                     layers_to_transform=None if lora_layers is None else list(range(n - lora_layers, n)),
-                     bias="none", task_type="CAUSAL_LM")
+    layers = None if lora_layers is None else list(range(n - lora_layers, n))
+    if is_vision_language(model) and not train_vision:
+        # only the language model's decoder layers: a regex over qualified module names (the
+        # vision tower has projections of the same names)
+        which = r"\d+" if layers is None else "(?:" + "|".join(str(i) for i in layers) + ")"
+        target_modules = (rf"^{re.escape(_decoder_prefix(model))}\.layers\.{which}\..*\."
+                          rf"(?:{'|'.join(map(re.escape, targets))})$")
+        layers = None  # encoded in the pattern
+    else:
+        target_modules = targets
+    cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=target_modules,
+                     layers_to_transform=layers, bias="none", task_type="CAUSAL_LM")
     return get_peft_model(model, cfg)
 
 
@@ -88,13 +132,13 @@ def load_trainable_state(model, state: dict[str, torch.Tensor]) -> None:
             params[n].copy_(t.to(params[n].device))
 
 
-def save_trained(model, tokenizer, output: Path, *, method: str, merge: bool = False) -> list[str]:
+def save_trained(model, tokenizer, output: Path, *, method: str, merge: bool = False, processor=None) -> list[str]:
     """Write the trained weights to ``output``; returns the files written.
 
     LoRA without ``merge``: the peft adapter only (``adapter_config.json``,
     ``adapter_model.safetensors``); the base model is named in ``training.json``. Otherwise the whole
-    model (merged LoRA, full or top-k) as safetensors with its tokenizer, loadable as a plain
-    transformers directory.
+    model (merged LoRA, full or top-k) as safetensors with its tokenizer (a VLM: its processor,
+    which holds the tokenizer), loadable as a plain transformers directory.
     """
     output.mkdir(parents=True, exist_ok=True)
     before = set(p.name for p in output.iterdir())
@@ -104,7 +148,7 @@ def save_trained(model, tokenizer, output: Path, *, method: str, merge: bool = F
         if method == "lora":
             model = model.merge_and_unload()
         model.save_pretrained(str(output), safe_serialization=True)
-        tokenizer.save_pretrained(str(output))
+        (processor if processor is not None else tokenizer).save_pretrained(str(output))
     card = output / "README.md"  # peft's placeholder model card: training.json documents the model
     if "README.md" not in before and card.is_file():
         card.unlink()

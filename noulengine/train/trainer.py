@@ -71,6 +71,7 @@ class TrainConfig:
         lora_dropout: LoRA dropout.
         lora_layers: adapt only the top N decoder layers (None: all).
         top_k: layers unfrozen by method top-k.
+        train_vision: a vision-language model's vision tower and projector train too (default frozen: only the language model trains).
         weight_decay: AdamW weight decay.
         warmup_ratio: share of steps with linear warm-up.
         max_grad_norm: gradient clipping norm (0: none).
@@ -103,6 +104,7 @@ class TrainConfig:
     lora_dropout: float = 0.0
     lora_layers: int | None = None
     top_k: int = 6
+    train_vision: bool = False
     weight_decay: float = 0.0
     warmup_ratio: float = 0.05
     max_grad_norm: float = 1.0
@@ -209,15 +211,16 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
     loaded = load_model(config.model, dtype=torch.float32, device=device)
     base_identity = loaded.identity.to_dict()
     model = apply_method(loaded.model, method=config.method, lora_r=config.lora_r, lora_alpha=config.lora_alpha,
-                         lora_dropout=config.lora_dropout, lora_layers=config.lora_layers, top_k=config.top_k)
+                         lora_dropout=config.lora_dropout, lora_layers=config.lora_layers, top_k=config.top_k,
+                         train_vision=config.train_vision)
     tokenizer = loaded.tokenizer
     params = trainable_parameters(model)
     n_trainable = sum(p.numel() for p in params)
     # The serving engine's own compiler (and pad id) compiles the training rows; its runner, in
     # train mode, runs the training forward pass; the same engine scores the selection rows.
     # No cross-request prefix caching: the weights change after every step, cached keys would not.
-    engine = Engine.from_model(model, tokenizer, readout=config.readout, batch_tokens=config.batch_tokens,
-                               device=str(device), prefix_cache_mb=0)
+    engine = Engine.from_model(model, tokenizer, processor=loaded.processor, readout=config.readout,
+                               batch_tokens=config.batch_tokens, device=str(device), prefix_cache_mb=0)
     runner, compiler, pad_id = engine.runner, engine.compiler, engine.pad_id
     model.train()
     autocast = torch.bfloat16 if device.type == "cuda" else None
@@ -308,7 +311,8 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
     if sel_rows and config.flip_rate_rows:
         engine = Engine.from_model(model, tokenizer, readout=config.readout, debias="permute", device=str(device))
         final["permutation"] = selection_metrics(engine, sel_rows[:config.flip_rate_rows], debias="permute")
-    files = save_trained(model, tokenizer, output, method=config.method, merge=config.merge)
+    files = save_trained(model, tokenizer, output, method=config.method, merge=config.merge,
+                         processor=loaded.processor)
     training = {
         "format": FORMAT, "version": VERSION, "name": config.name or output.name,
         "base_model": {**base_identity, "spec": _base_spec(config.model)},

@@ -1,0 +1,116 @@
+"""Training a vision-language model: the answer is only in the pixels, the language model learns
+to read it, the vision tower and projector stay frozen, and the output loads and serves images."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from noulengine import Engine
+from noulengine.train import TrainConfig, train
+from noulengine.train.contamination import EvaluationIndex
+from noulengine.train.methods import apply_method, vision_parameters
+from tests.vision_models import build, image_field, png_bytes
+
+COLOURS = {"red": (230, 20, 20), "blue": (20, 40, 230)}
+QUESTIONS = {"c": {"type": "choice", "instructions": "Which colour fills the image?",
+                   "criteria": {"red": None, "blue": None}},
+             "n": {"type": "noul", "instructions": "Is the image red?"}}
+
+
+def colour_rows(n: int, seed: int, role=None):
+    """The same state for every row; the gold answer is the image's colour (a little noise)."""
+    import numpy as np
+    from PIL import Image
+    import io
+
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        gold = rng.choice(sorted(COLOURS))
+        base = np.array(COLOURS[gold], dtype=np.int16)
+        noise = np.random.default_rng(seed * 1000 + i).integers(-25, 26, (56, 56, 3))
+        im = Image.fromarray(np.clip(base + noise, 0, 255).astype(np.uint8))
+        buf = io.BytesIO()
+        im.save(buf, format="PNG")
+        rows.append({"id": f"img-{seed}-{i}", "state": "Look at the image.", "images": [image_field(buf.getvalue())],
+                     "questions": QUESTIONS,
+                     "targets": {"c": {"label": gold}, "n": {"label": "yes" if gold == "red" else "no"}},
+                     **({"validation_role": role} if role else {})})
+    return rows
+
+
+def write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def accuracy(engine, rows) -> float:
+    out = engine.decide_batch(rows, on_error="raise")
+    hits = [d.answers[f].label == r["targets"][f]["label"] for d, r in zip(out, rows) for f in ("c", "n")]
+    return sum(hits) / len(hits)
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory):
+    model, processor, _ = build("qwen2_vl")
+    d = tmp_path_factory.mktemp("qwen-vlm")
+    model.save_pretrained(d)
+    processor.save_pretrained(d)
+    return d
+
+
+def _vision_state(model):
+    return {n: p.detach().clone() for n, p in vision_parameters(model)}
+
+
+def test_lora_targets_only_the_language_model():
+    model, _, _ = build("idefics3")  # its vision tower has q_proj/k_proj/v_proj too
+    assert any(".vision_model." in n and n.endswith("q_proj.weight") for n, _ in model.named_parameters())
+    peft_model = apply_method(model, method="lora", lora_r=4, lora_alpha=8)
+    adapted = [n for n, _ in peft_model.named_parameters() if "lora_" in n]
+    assert adapted and all(".text_model.layers." in n for n in adapted), adapted[:3]
+    assert {n.split(".")[-4] for n in adapted if n.endswith("lora_A.default.weight")} == {
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert not any(p.requires_grad for _, p in vision_parameters(peft_model.get_base_model()))
+    top = apply_method(build("idefics3")[0], method="lora", lora_r=4, lora_layers=1)
+    assert all(".text_model.layers.1." in n for n, _ in top.named_parameters() if "lora_" in n)
+
+
+def test_full_training_reads_pixels_and_keeps_the_vision_tower_frozen(tmp_path, qwen_dir):
+    data = write(tmp_path / "train.jsonl", colour_rows(48, 0))
+    sel = write(tmp_path / "sel.jsonl", colour_rows(12, 1, role="selection"))
+    test = colour_rows(24, 2)
+    before_engine = Engine.from_pretrained(str(qwen_dir), readout="symbols")
+    before = accuracy(before_engine, test)
+    frozen = _vision_state(before_engine.runner.model)
+    result = train(TrainConfig(data=str(data), output=str(tmp_path / "out"), model=str(qwen_dir), method="full",
+                               lr=3e-3, epochs=4, batch_tokens=2048, max_batch_size=8, selection=str(sel),
+                               permute=False, flip_rate_rows=0, progress=False), evaluation_index=EvaluationIndex())
+    trained = Engine.from_pretrained(str(tmp_path / "out"))
+    after = accuracy(trained, test)
+    assert after >= 0.9 and after > before, (before, after)
+    for n, p in vision_parameters(trained.runner.model):
+        assert torch.equal(p, frozen[n]), n  # the vision tower and projector did not move
+    assert result.training["epochs"][-1]["selection"]["accuracy"] >= 0.9
+
+
+def test_lora_adapter_on_a_vlm_reloads_with_its_processor(tmp_path, qwen_dir):
+    data = write(tmp_path / "train.jsonl", colour_rows(16, 3))
+    out = train(TrainConfig(data=str(data), output=str(tmp_path / "lora"), model=str(qwen_dir), lora_r=4,
+                            lora_alpha=8, lr=1e-2, batch_tokens=2048, max_steps=2, flip_rate_rows=0, progress=False),
+                evaluation_index=EvaluationIndex())
+    assert set(out.training["files"]) == {"adapter_config.json", "adapter_model.safetensors"}
+    _, processor, tokenizer = build("qwen2_vl")
+    merged = out.model.merge_and_unload()
+    mem = Engine.from_model(merged, tokenizer, processor=processor, readout="symbols")
+    loaded = Engine.from_pretrained(str(tmp_path / "lora"))
+    assert loaded.runner.supports_images
+    rows = colour_rows(4, 4)
+    for x, y in zip(mem.decide_batch(rows), loaded.decide_batch(rows)):
+        for f in ("c", "n"):
+            for k, p in x.answers[f].probabilities.items():
+                assert abs(p - y.answers[f].probabilities[k]) < 1e-6
