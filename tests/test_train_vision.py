@@ -114,3 +114,23 @@ def test_lora_adapter_on_a_vlm_reloads_with_its_processor(tmp_path, qwen_dir):
         for f in ("c", "n"):
             for k, p in x.answers[f].probabilities.items():
                 assert abs(p - y.answers[f].probabilities[k]) < 1e-6
+
+
+def test_evaluation_images_never_feed_training(tmp_path):
+    from noulengine.eval.suites.registry import get_suite
+    from noulengine.train import TrainingDataError
+    from noulengine.train.contamination import build_evaluation_index
+    from noulengine.train.data import load_training_rows
+
+    index = build_evaluation_index()
+    assert index.suites["shapes"]["rows"] == 48 and len(index.images) == 48
+    copied = get_suite("shapes").prepared_dir / "images" / "shape_007.png"
+    (tmp_path / "shape.png").write_bytes(copied.read_bytes())
+    rows = colour_rows(2, 5)
+    rows[1]["images"] = ["shape.png"]  # a copied test image under a new name
+    with pytest.raises(TrainingDataError, match=r"images\[0\].*evaluation suite 'shapes'"):
+        load_training_rows(write(tmp_path / "t.jsonl", rows), index=index)
+    # the suite's shared state text alone is not evidence: a new image with it trains
+    rows = colour_rows(1, 6)
+    rows[0]["state"] = {"task": "Look at the image and answer about the shapes drawn on it."}
+    assert len(load_training_rows(write(tmp_path / "ok.jsonl", rows), index=index)) == 1

@@ -9,11 +9,17 @@ Normalised text (the same rule validation-v1 uses against the test suites): whit
 lower-cased. Two keys are indexed per evaluation row: the whole state rendered as canonical JSON,
 and each string inside the state of at least ``MIN_LEAF_CHARS`` characters, so a test article
 copied into another key (``{"article": ...}`` instead of ``{"text": ...}``) is still caught.
+
+Rows with images are indexed by the sha256 of each image's bytes instead: their evidence is the
+image, and their state text is often shared by every row ("Look at the image."). A training row
+that holds any evaluation image is refused; its state text is checked against the text-only rows.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator
 
 from noulengine.records.schema import canonical_json
@@ -58,17 +64,32 @@ class EvaluationIndex:
     ids: dict[str, str] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
     suites: dict[str, dict] = field(default_factory=dict)
+    images: dict[str, str] = field(default_factory=dict)
 
-    def add(self, suite: str, record_id: str | None, state: Any) -> None:
+    def add(self, suite: str, record_id: str | None, state: Any, image_digests: tuple[str, ...] = ()) -> None:
+        """Index one evaluation row (``image_digests``: sha256 hex of its images' bytes)."""
         if record_id is not None:
             self.ids.setdefault(record_id, suite)
+        if image_digests:
+            for digest in image_digests:
+                self.images.setdefault(digest, suite)
+            return
         for key in state_keys(state):
             self.texts.setdefault(key, suite)
 
-    def overlap(self, record_id: str, state: Any) -> str | None:
-        """The rule a training row breaks by overlapping an evaluation row, or None."""
+    def overlap(self, record_id: str, state: Any, images=()) -> str | None:
+        """The rule a training row breaks by overlapping an evaluation row, or None.
+
+        Args:
+            images: the row's :class:`~noulengine.records.schema.Image` objects.
+        """
         if record_id in self.ids:
             return f"id {record_id!r} is a row of evaluation suite {self.ids[record_id]!r}"
+        for i, image in enumerate(images):
+            digest = hashlib.sha256(image.data).hexdigest()
+            if digest in self.images:
+                return (f"images[{i}] (sha256 {digest[:16]}...) is an image of evaluation suite "
+                        f"{self.images[digest]!r}; test rows never feed training")
         for key in sorted(state_keys(state)):
             if key in self.texts:
                 shown = key if len(key) <= 60 else key[:57] + "..."
@@ -77,9 +98,9 @@ class EvaluationIndex:
         return None
 
     def summary(self) -> dict:
-        return {"suites": self.suites, "ids": len(self.ids), "texts": len(self.texts),
+        return {"suites": self.suites, "ids": len(self.ids), "texts": len(self.texts), "images": len(self.images),
                 "rule": f"id, or whitespace-collapsed lower-cased state JSON or any state string of >= "
-                        f"{MIN_LEAF_CHARS} chars"}
+                        f"{MIN_LEAF_CHARS} chars (rows without images), or an image's sha256"}
 
 
 def build_evaluation_index(*, source: str | None = None, prepare: bool = True) -> EvaluationIndex:
@@ -114,7 +135,16 @@ def build_evaluation_index(*, source: str | None = None, prepare: bool = True) -
                 continue
             state = obj.get("state")  # canonical and jevbench rows both keep the evidence here
             rid = obj.get("id") if isinstance(obj.get("id"), str) else None
-            index.add(name, rid, state)
+            index.add(name, rid, state, _image_digests(obj.get("images"), path.parent))
             rows += 1
         index.suites[name] = {"rows": rows, "path": str(path)}
     return index
+
+
+def _image_digests(images: Any, media_root: Path) -> tuple[str, ...]:
+    """sha256 hex of each image of an evaluation row (paths relative to its prepared file)."""
+    from noulengine.records.images import coerce_image
+
+    if not isinstance(images, list):
+        return ()
+    return tuple(hashlib.sha256(coerce_image(raw, media_root=media_root).data).hexdigest() for raw in images)

@@ -102,7 +102,7 @@ def load_training_rows(path: str | Path, *, index=None, soft_targets: bool = Fal
         if not ok:
             continue
         if index is not None:
-            rule = index.overlap(rec.id, rec.request.state)
+            rule = index.overlap(rec.id, rec.request.state, rec.request.images)
             if rule is not None:
                 bad("state" if not rule.startswith("id ") else "id", rule)
                 continue
