@@ -31,13 +31,20 @@ def engine(qwen):
 
 @pytest.fixture(scope="module")
 def vlm_dirs(tmp_path_factory):
-    """Tiny Qwen2-VL (image-only processor fallback) and Idefics3 (AutoProcessor) checkpoints."""
+    """Tiny checkpoints: Qwen2-VL and SmolVLM (their processors need a video processor, so the
+    image-only fallback loads them), Idefics3 (AutoProcessor)."""
     out = {}
-    for family in ("qwen2_vl", "idefics3"):
+    for family in ("qwen2_vl", "idefics3", "smolvlm"):
         model, processor, _ = build(family)
         d = tmp_path_factory.mktemp(family)
         model.save_pretrained(d)
         processor.save_pretrained(d)
+        cfg = d / "processor_config.json"
+        saved = json.loads(cfg.read_text())
+        # as a real checkpoint names it (the saved name is the test's image-only subclass)
+        saved["processor_class"] = {"qwen2_vl": "Qwen2VLProcessor", "smolvlm": "SmolVLMProcessor"}.get(
+            family, saved["processor_class"])
+        cfg.write_text(json.dumps(saved))
         out[family] = d
     return out
 
@@ -129,7 +136,7 @@ def test_paths_are_refused_without_a_media_root():
 
 # -- loading, CLI, eval ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("family", ["qwen2_vl", "idefics3"])
+@pytest.mark.parametrize("family", ["qwen2_vl", "idefics3", "smolvlm"])
 def test_from_pretrained_loads_a_vision_checkpoint(vlm_dirs, family):
     engine = Engine.from_pretrained(str(vlm_dirs[family]), readout="symbols")
     assert engine.runner.supports_images and engine.processor is not None
@@ -177,7 +184,7 @@ def test_eval_runs_the_shapes_suite_end_to_end(vlm_dirs, tmp_path):
             assert abs(sum(answer["probabilities"].values()) - 1) < 1e-6
 
 
-def test_suite_is_pinned_and_reproducible(tmp_path):
+def test_suite_is_pinned_and_reproducible(tmp_path, monkeypatch):
     from noulengine.eval.suites.hashing import sha256_file
     from noulengine.eval.suites.registry import get_suite
 
@@ -188,6 +195,7 @@ def test_suite_is_pinned_and_reproducible(tmp_path):
     suite.module.prepare(None, tmp_path)  # a second rendering gives the same bytes
     for rel, sha in pins.items():
         assert sha256_file(tmp_path / rel) == sha, rel
+    monkeypatch.setenv("MEDIA_ROOT", str(tmp_path / "nowhere"))  # a user's media root never moves a suite's images
     rows = suite.load()
     assert len(rows) == 48 and all(len(r.request.images) == 1 for _, r in rows)
 

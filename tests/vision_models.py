@@ -22,31 +22,39 @@ _IDEFICS_SPECIALS = (["<fake_token_around_image>", "<image>", "<end_of_utterance
                      + [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)])
 _GEMMA_NAMED = {"image_token": "<image_soft_token>", "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>"}
 
-_TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-             max_position_embeddings=2048)
+def _text(hidden: int, layers: int) -> dict:
+    return dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=2048)
 
 
 def _ids(tok):
     return dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
 
 
-def build(family: str, *, seed: int = 0, attn: str = "sdpa", dtype=torch.float32):
-    """``(model, processor, tokenizer)`` for one of :data:`FAMILIES` (eval mode)."""
+def build(family: str, *, seed: int = 0, attn: str = "sdpa", dtype=torch.float32, hidden: int = 64,
+          layers: int = 2, max_pixels: int = 56 * 56):
+    """``(model, processor, tokenizer)`` for one of :data:`FAMILIES` (eval mode).
+
+    ``hidden`` / ``layers`` size the language model; ``max_pixels`` bounds the Qwen image
+    processor's resize (56 * 56: 4 image tokens per image; 112 * 112: 16).
+    """
     import transformers as tf
 
     from noulengine.vision.processor import image_only
+
+    _TEXT = _text(hidden, layers)
 
     if family in ("qwen2_vl", "qwen2_5_vl"):
         tok = build_tiny_tokenizer(_QWEN_SPECIALS)
         vs, ve, img, vid = tok.convert_tokens_to_ids(_QWEN_SPECIALS)
         text = dict(vocab_size=len(tok), **_TEXT, **_ids(tok),
-                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2]})
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [hidden // 16, hidden // 32, hidden // 32]})
         if family == "qwen2_vl":
-            vision = dict(depth=2, embed_dim=32, hidden_size=64, num_heads=4, mlp_ratio=2, patch_size=14,
+            vision = dict(depth=2, embed_dim=32, hidden_size=hidden, num_heads=4, mlp_ratio=2, patch_size=14,
                           spatial_merge_size=2, temporal_patch_size=2)
             cfg_cls, model_cls, proc_cls = tf.Qwen2VLConfig, tf.Qwen2VLForConditionalGeneration, tf.Qwen2VLProcessor
         else:
-            vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=4, out_hidden_size=64,
+            vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=4, out_hidden_size=hidden,
                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
                           fullatt_block_indexes=[1])
             cfg_cls, model_cls = tf.Qwen2_5_VLConfig, tf.Qwen2_5_VLForConditionalGeneration
@@ -54,7 +62,7 @@ def build(family: str, *, seed: int = 0, attn: str = "sdpa", dtype=torch.float32
         cfg = cfg_cls(text_config=text, vision_config=vision, image_token_id=img, video_token_id=vid,
                       vision_start_token_id=vs, vision_end_token_id=ve, tie_word_embeddings=False,
                       attn_implementation=attn)
-        ip = tf.Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=56 * 56, patch_size=14, temporal_patch_size=2,
+        ip = tf.Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=max_pixels, patch_size=14, temporal_patch_size=2,
                                          merge_size=2)
         proc = image_only(proc_cls)(image_processor=ip, tokenizer=tok)
     elif family in ("idefics3", "smolvlm"):
@@ -68,7 +76,11 @@ def build(family: str, *, seed: int = 0, attn: str = "sdpa", dtype=torch.float32
                       attn_implementation=attn)
         ip = tf.Idefics3ImageProcessorPil(do_image_splitting=False, size={"longest_edge": 32},
                                           max_image_size={"longest_edge": 32})
-        proc = tf.Idefics3Processor(image_processor=ip, tokenizer=tok, image_seq_len=4)
+        proc_cls = tf.Idefics3Processor if family == "idefics3" else image_only(tf.SmolVLMProcessor)
+        if family == "smolvlm":
+            ip = tf.SmolVLMImageProcessorPil(do_image_splitting=False, size={"longest_edge": 32},
+                                             max_image_size={"longest_edge": 32})
+        proc = proc_cls(image_processor=ip, tokenizer=tok, image_seq_len=4)
     elif family == "gemma3":
         tok = build_tiny_tokenizer(named=_GEMMA_NAMED)
         cfg = tf.Gemma3Config(

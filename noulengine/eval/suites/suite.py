@@ -261,7 +261,8 @@ class Suite:
             self.verify()
         if self.format == "jevbench":
             return self._load_jevbench()
-        result = load_records(self.prepared_path, check_duplicate_ids=False)
+        # a suite's image paths are relative to its own prepared folder, whatever MEDIA_ROOT says
+        result = load_records(self.prepared_path, check_duplicate_ids=False, media_root=self.prepared_dir)
         result.raise_if_errors()
         return [(line - 1, rec) for line, rec in zip(result.lines, result.records)]
 
