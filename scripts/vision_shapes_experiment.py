@@ -61,6 +61,10 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--image-side", type=int, default=56, help="images are resized to side x side pixels "
+                    "(multiples of 28; 56: 4 image tokens, 112: 16)")
+    ap.add_argument("--permute", choices=["true", "false"], default="true",
+                    help="permute choice options per row and epoch (the trainer's augmentation)")
     args = ap.parse_args()
 
     from noulengine.train import TrainConfig, train
@@ -69,7 +73,9 @@ def main() -> int:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    model, processor, _ = build("qwen2_vl", hidden=args.hidden, layers=args.layers, max_pixels=112 * 112)
+    pixels = args.image_side ** 2
+    model, processor, _ = build("qwen2_vl", hidden=args.hidden, layers=args.layers, min_pixels=pixels,
+                                max_pixels=pixels)
     base = out / "base"
     model.save_pretrained(base)
     processor.save_pretrained(base)
@@ -77,7 +83,7 @@ def main() -> int:
     sel = write_scenes(out / "selection", args.selection_seed, 96, "selection")
     result = train(TrainConfig(data=str(data), output=str(out / "trained"), model=str(base), method="full",
                                train_vision=True, lr=args.lr, epochs=args.epochs, batch_tokens=4096,
-                               max_batch_size=16, selection=str(sel), permute=True, flip_rate_rows=0,
+                               max_batch_size=16, selection=str(sel), permute=args.permute == "true", flip_rate_rows=0,
                                progress=False))
     train_s = time.perf_counter() - t0
     print(json.dumps({"train_s": round(train_s, 1), "epochs": result.training["epochs"]}, indent=1), flush=True)

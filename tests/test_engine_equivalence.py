@@ -70,16 +70,21 @@ def test_permute_views_equal_separate_runs(tiny_llama, tiny_tokenizer):
     assert answer.flip_rate is not None and 0.0 <= answer.flip_rate <= 1.0
 
 
-def test_changing_one_branch_leaves_others_bit_identical(tiny_model, tiny_tokenizer):
-    engine = Engine.from_model(tiny_model, tiny_tokenizer)
-    a = three_question_request()
-    b = copy.deepcopy(a)
+def assert_branch_change_is_isolated(engine, request: dict) -> None:
+    """Rewording one question (same token count) leaves the other questions' log-probs
+    bit-identical and changes its own (``request``: :func:`three_question_request`-shaped)."""
+    b = copy.deepcopy(request)
     b["questions"]["risk"]["instructions"] = "How risky!"  # the same number of tokens
-    ca, cb = engine.compile(a), engine.compile(b)
+    ca, cb = engine.compile(request), engine.compile(b)
     assert ca.input_tokens == cb.input_tokens and ca.token_ids != cb.token_ids
-    da, db = engine.decide(a), engine.decide(b)
+    da, db = engine.decide(request), engine.decide(b)
     for fld in ("topic", "flag"):
         assert da.answers[fld].logprobs == db.answers[fld].logprobs
+    assert da.answers["risk"].logprobs != db.answers["risk"].logprobs
+
+
+def test_changing_one_branch_leaves_others_bit_identical(tiny_model, tiny_tokenizer):
+    assert_branch_change_is_isolated(Engine.from_model(tiny_model, tiny_tokenizer), three_question_request())
 
 
 def test_sliding_window_model_with_long_prefix(tiny_gemma3, tiny_tokenizer):

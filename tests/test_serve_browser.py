@@ -6,6 +6,7 @@ thread on a free loopback port with a tiny random model.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 
@@ -22,6 +23,17 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-component-update", "--disable-sync"]
 
 
+@contextlib.contextmanager
+def chromium_page():
+    """A page in a fresh headless Chromium (closed afterwards)."""
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
+
+
 @pytest.fixture(scope="module")
 def server(tiny_llama, tiny_tokenizer):
     from noulengine import Engine
@@ -36,36 +48,31 @@ def server(tiny_llama, tiny_tokenizer):
 def test_demo_page_renders_answers(server, tmp_path):
     from PIL import Image
 
-    with playwright_sync.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page()
-            page.goto(server + "/")
-            page.fill("#state", "Three failed logins from a new country, then a password reset.")
-            page.click("#submit")
-            page.wait_for_selector("#answers[data-done='1']", timeout=30_000)
-            fields = page.eval_on_selector_all("#answers .answer", "els => els.map(e => e.dataset.field)")
-            assert fields == ["flag", "topic", "risk"]
-            labels = page.eval_on_selector_all("#answers .answer[data-field='topic'] .bar-row",
-                                               "els => els.map(e => e.dataset.label)")
-            assert labels == ["world", "business", "sports"]
-            probs = [float(x) for x in page.eval_on_selector_all(
-                "#answers .answer[data-field='topic'] .bar-row .p", "els => els.map(e => e.textContent)")]
-            assert abs(sum(probs) - 1) < 0.01
-            # the question cap comes from GET /v1/limits; score bars name their level texts
-            assert "3 of at most 16 questions" in page.inner_text("#cap")
-            names = page.eval_on_selector_all("#answers .answer[data-field='risk'] .bar-row .name",
-                                              "els => els.map(e => e.textContent)")
-            assert names == ["0 (none)", "1 (low)", "2 (high)"]
-            # An attached image travels as base64; the text-only model answers with a clear 4xx.
-            img = tmp_path / "red.png"
-            Image.new("RGB", (8, 8), (255, 0, 0)).save(img)
-            page.set_input_files("#images", str(img))
-            page.click("#submit")
-            page.wait_for_selector("#answers[data-done='error']", timeout=30_000)
-            assert "400" in page.inner_text("#error") and "text-only" in page.inner_text("#error")
-        finally:
-            browser.close()
+    with chromium_page() as page:
+        page.goto(server + "/")
+        page.fill("#state", "Three failed logins from a new country, then a password reset.")
+        page.click("#submit")
+        page.wait_for_selector("#answers[data-done='1']", timeout=30_000)
+        fields = page.eval_on_selector_all("#answers .answer", "els => els.map(e => e.dataset.field)")
+        assert fields == ["flag", "topic", "risk"]
+        labels = page.eval_on_selector_all("#answers .answer[data-field='topic'] .bar-row",
+                                           "els => els.map(e => e.dataset.label)")
+        assert labels == ["world", "business", "sports"]
+        probs = [float(x) for x in page.eval_on_selector_all(
+            "#answers .answer[data-field='topic'] .bar-row .p", "els => els.map(e => e.textContent)")]
+        assert abs(sum(probs) - 1) < 0.01
+        # the question cap comes from GET /v1/limits; score bars name their level texts
+        assert "3 of at most 16 questions" in page.inner_text("#cap")
+        names = page.eval_on_selector_all("#answers .answer[data-field='risk'] .bar-row .name",
+                                          "els => els.map(e => e.textContent)")
+        assert names == ["0 (none)", "1 (low)", "2 (high)"]
+        # An attached image travels as base64; the text-only model answers with a clear 4xx.
+        img = tmp_path / "red.png"
+        Image.new("RGB", (8, 8), (255, 0, 0)).save(img)
+        page.set_input_files("#images", str(img))
+        page.click("#submit")
+        page.wait_for_selector("#answers[data-done='error']", timeout=30_000)
+        assert "400" in page.inner_text("#error") and "text-only" in page.inner_text("#error")
 
 
 @pytest.fixture(scope="module")
@@ -85,19 +92,14 @@ def vlm_server():
 def test_demo_page_uploads_an_image_to_a_vision_model(vlm_server, tmp_path):
     from PIL import Image
 
-    with playwright_sync.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page()
-            page.goto(vlm_server + "/")
-            page.fill("#state", "What is drawn?")
-            img = tmp_path / "red.png"
-            Image.new("RGB", (64, 64), (255, 0, 0)).save(img)
-            page.set_input_files("#images", str(img))
-            page.click("#submit")
-            page.wait_for_selector("#answers[data-done='1']", timeout=30_000)
-            probs = [float(x) for x in page.eval_on_selector_all(
-                "#answers .answer[data-field='topic'] .bar-row .p", "els => els.map(e => e.textContent)")]
-            assert abs(sum(probs) - 1) < 0.01
-        finally:
-            browser.close()
+    with chromium_page() as page:
+        page.goto(vlm_server + "/")
+        page.fill("#state", "What is drawn?")
+        img = tmp_path / "red.png"
+        Image.new("RGB", (64, 64), (255, 0, 0)).save(img)
+        page.set_input_files("#images", str(img))
+        page.click("#submit")
+        page.wait_for_selector("#answers[data-done='1']", timeout=30_000)
+        probs = [float(x) for x in page.eval_on_selector_all(
+            "#answers .answer[data-field='topic'] .bar-row .p", "els => els.map(e => e.textContent)")]
+        assert abs(sum(probs) - 1) < 0.01

@@ -32,11 +32,11 @@ def _ids(tok):
 
 
 def build(family: str, *, seed: int = 0, attn: str = "sdpa", dtype=torch.float32, hidden: int = 64,
-          layers: int = 2, max_pixels: int = 56 * 56):
+          layers: int = 2, max_pixels: int = 56 * 56, min_pixels: int = 28 * 28):
     """``(model, processor, tokenizer)`` for one of :data:`FAMILIES` (eval mode).
 
-    ``hidden`` / ``layers`` size the language model; ``max_pixels`` bounds the Qwen image
-    processor's resize (56 * 56: 4 image tokens per image; 112 * 112: 16).
+    ``hidden`` / ``layers`` size the language model; ``min_pixels`` / ``max_pixels`` bound the
+    Qwen image processor's resize (56 * 56: 4 image tokens per image; 112 * 112: 16).
     """
     import transformers as tf
 
@@ -62,7 +62,7 @@ def build(family: str, *, seed: int = 0, attn: str = "sdpa", dtype=torch.float32
         cfg = cfg_cls(text_config=text, vision_config=vision, image_token_id=img, video_token_id=vid,
                       vision_start_token_id=vs, vision_end_token_id=ve, tie_word_embeddings=False,
                       attn_implementation=attn)
-        ip = tf.Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=max_pixels, patch_size=14, temporal_patch_size=2,
+        ip = tf.Qwen2VLImageProcessorPil(min_pixels=min_pixels, max_pixels=max_pixels, patch_size=14, temporal_patch_size=2,
                                          merge_size=2)
         proc = image_only(proc_cls)(image_processor=ip, tokenizer=tok)
     elif family in ("idefics3", "smolvlm"):
