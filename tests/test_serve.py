@@ -232,6 +232,11 @@ def test_unknown_route_error_shape(client):
     assert r.status_code == 404 and set(r.json()["detail"]) == {"error_type", "message"}
 
 
+def test_text_model_reports_no_image_support(client):
+    assert client.get("/v1/models").json()["models"][0]["x_modalities"] == ["text"]
+    assert client.get("/v1/limits").json()["images"]["accepted"] is False
+
+
 def test_images_on_text_model_are_unsupported(client):
     req = three_question_request(images=[{"type": "image/png", "data": png_b64()}])
     r = client.post("/v1/decide", json=req)

@@ -234,6 +234,14 @@ def test_http_decide_and_systemone_read_images(server, engine):
     assert other["answers"]["topic"]["probabilities"] != r.json()["answers"]["topic"]["probabilities"]
 
 
+def test_http_reports_image_support(server):
+    import httpx
+
+    assert httpx.get(server + "/v1/models").json()["models"][0]["x_modalities"] == ["text", "image"]
+    limits = httpx.get(server + "/v1/limits").json()["images"]
+    assert limits["accepted"] is True and limits["max_images"] == 8 and limits["max_image_pixels"] == 16_000_000
+
+
 def test_http_refuses_bad_images(server):
     import httpx
 

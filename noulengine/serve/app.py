@@ -204,13 +204,21 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         """The served model (Jev-compatible listing)."""
         check_key(request.headers, config.api_key)
         return {"models": [{"name": config.model_name, "description": config.description,
-                            "release_date": config.release_date, "x_aliases": list(config.aliases)}]}
+                            "release_date": config.release_date, "x_aliases": list(config.aliases),
+                            "x_modalities": ["text", "image"] if supports_images else ["text"]}]}
 
     @app.get("/v1/limits")
     async def limits(request: Request):
         """This server's request limits (public, like ``/healthz``: the demo page reads its question cap here)."""
+        from noulengine.records import images as image_limits
+
         return {"max_questions": {ROUTES[r]: config.question_cap(r) for r in ROUTES},
-                "max_body_bytes": config.max_body_bytes}
+                "max_body_bytes": config.max_body_bytes,
+                "images": {"accepted": supports_images, "max_images": image_limits.MAX_IMAGES,
+                           "max_image_bytes": image_limits.MAX_IMAGE_BYTES,
+                           "max_total_image_bytes": image_limits.MAX_TOTAL_IMAGE_BYTES,
+                           "max_image_pixels": image_limits.MAX_IMAGE_PIXELS,
+                           "types": list(image_limits.ALLOWED_MIME)}}
 
     @app.post("/v1/systemone")
     async def system_one(request: Request):
