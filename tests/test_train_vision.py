@@ -98,17 +98,28 @@ def test_full_training_reads_pixels_and_keeps_the_vision_tower_frozen(tmp_path, 
     assert result.training["epochs"][-1]["selection"]["accuracy"] >= 0.9
 
 
-def test_lora_adapter_on_a_vlm_reloads_with_its_processor(tmp_path, qwen_dir):
+@pytest.mark.parametrize("train_vision", [False, True])
+def test_lora_adapter_on_a_vlm_reloads_with_its_processor(tmp_path, qwen_dir, train_vision):
     data = write(tmp_path / "train.jsonl", colour_rows(16, 3))
+    sel = write(tmp_path / "sel.jsonl", colour_rows(4, 7, role="selection"))
     out = train(TrainConfig(data=str(data), output=str(tmp_path / "lora"), model=str(qwen_dir), lora_r=4,
-                            lora_alpha=8, lr=1e-2, batch_tokens=2048, max_steps=2, flip_rate_rows=0, progress=False),
+                            lora_alpha=8, lr=1e-2, batch_tokens=2048, max_steps=2, selection=str(sel),
+                            flip_rate_rows=4, train_vision=train_vision, progress=False),
                 evaluation_index=EvaluationIndex())
     assert set(out.training["files"]) == {"adapter_config.json", "adapter_model.safetensors"}
+    assert out.training["final"]["permutation"]["flip_rate"] is not None  # the flip-rate engine reads images
+    adapted = [n for n, _ in out.model.named_parameters() if n.endswith("lora_A.default.weight")]
+    in_vision = [n for n in adapted if ".visual." in n]
+    # Qwen2-VL's vision blocks name their layers qkv / proj / fc1 / fc2: adapted only with train_vision
+    assert bool(in_vision) == train_vision and any(".language_model.layers." in n for n in adapted)
     _, processor, tokenizer = build("qwen2_vl")
     merged = out.model.merge_and_unload()
     mem = Engine.from_model(merged, tokenizer, processor=processor, readout="symbols")
     loaded = Engine.from_pretrained(str(tmp_path / "lora"))
     assert loaded.runner.supports_images
+    base = dict(vision_parameters(Engine.from_pretrained(str(qwen_dir)).runner.model))
+    moved = any(not torch.equal(p, base[n]) for n, p in vision_parameters(loaded.runner.model))
+    assert moved == train_vision
     rows = colour_rows(4, 4)
     for x, y in zip(mem.decide_batch(rows), loaded.decide_batch(rows)):
         for f in ("c", "n"):
@@ -126,10 +137,17 @@ def test_evaluation_images_never_feed_training(tmp_path):
     assert index.suites["shapes"]["rows"] == 48 and len(index.images) == 48
     copied = get_suite("shapes").prepared_dir / "images" / "shape_007.png"
     (tmp_path / "shape.png").write_bytes(copied.read_bytes())
-    rows = colour_rows(2, 5)
-    rows[1]["images"] = ["shape.png"]  # a copied test image under a new name
-    with pytest.raises(TrainingDataError, match=r"images\[0\].*evaluation suite 'shapes'"):
-        load_training_rows(write(tmp_path / "t.jsonl", rows), index=index)
+    from PIL import Image
+
+    with Image.open(copied) as im:  # the same pixels, other bytes: re-encoded at another compression level
+        im.save(tmp_path / "resaved.png", format="PNG", compress_level=9)
+        im.convert("RGBA").save(tmp_path / "rgba.png")
+    assert (tmp_path / "resaved.png").read_bytes() != copied.read_bytes()
+    for name in ("shape.png", "resaved.png", "rgba.png"):
+        rows = colour_rows(2, 5)
+        rows[1]["images"] = [name]  # a copied test image under a new name
+        with pytest.raises(TrainingDataError, match=r"images\[0\].*evaluation suite 'shapes'"):
+            load_training_rows(write(tmp_path / "t.jsonl", rows), index=index)
     # the suite's shared state text alone is not evidence: a new image with it trains
     rows = colour_rows(1, 6)
     rows[0]["state"] = {"task": "Look at the image and answer about the shapes drawn on it."}

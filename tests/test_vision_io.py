@@ -267,3 +267,66 @@ def test_http_refuses_bad_images(server):
         r = httpx.post(server + "/v1/decide", json=three_question_request(images=[image]), timeout=60)
         assert r.status_code == status, (words, r.status_code, r.text[:300])
         assert words in r.text
+
+
+# -- pixels as transformers reads them ---------------------------------------------------------
+
+def test_transparency_and_exif_orientation_follow_transformers(engine, qwen, tmp_path):
+    from PIL import Image
+    from transformers.image_utils import load_image
+
+    _, processor, _ = qwen
+    icon = Image.new("RGBA", (56, 56), (0, 0, 0, 0))  # a black square on a transparent background
+    icon.paste((0, 0, 0, 255), (10, 10, 30, 30))
+    got = engine.compile(three_question_request(images=[icon])).vision.tensors["pixel_values"]
+    want = processor.image_processor(images=[icon], return_tensors="pt")["pixel_values"]  # composites onto white
+    assert torch.equal(got, want)
+    black = engine.compile(three_question_request(images=[Image.new("RGB", (56, 56))])).vision.tensors["pixel_values"]
+    assert not torch.equal(got, black)
+    # a JPEG rotated by its EXIF orientation tag is read upright, as transformers' load_image reads it
+    photo = Image.new("RGB", (84, 28), (200, 30, 30))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    path = tmp_path / "phone.jpg"
+    photo.save(path, format="JPEG", exif=exif)
+    engine.config.media_root = str(tmp_path)
+    try:
+        grid = engine.compile(three_question_request(images=["phone.jpg"])).vision.tensors["image_grid_thw"]
+    finally:
+        engine.config.media_root = None
+    upright = processor.image_processor(images=[load_image(str(path))], return_tensors="pt")["image_grid_thw"]
+    assert torch.equal(grid, upright) and grid[0, 1] > grid[0, 2]  # taller than wide
+
+
+def test_request_objects_get_the_same_image_checks(engine):
+    from noulengine.records.schema import Image, Request, parse_questions
+
+    questions = parse_questions(three_question_request()["questions"])
+    frames = io.BytesIO()
+    from PIL import Image as PILImage
+
+    a, b = PILImage.new("RGB", (8, 8), (255, 0, 0)), PILImage.new("RGB", (8, 8), (0, 0, 255))
+    a.save(frames, format="GIF", save_all=True, append_images=[b])
+    bad = [Request(state="s", questions=questions, images=(Image("image/png", png_bytes()),) * 9, id="many"),
+           Request(state="s", questions=questions, images=(Image("image/png", frames.getvalue()),), id="gif")]
+    good = Request(state="s", questions=questions, images=(Image("image/png", png_bytes()),), id="ok")
+    out = engine.decide_batch(bad + [good])
+    assert "at most 8 images" in out[0].error["message"]
+    assert out[1].error["field"] in ("images[0]", "images[0].type") and out[1].error["record_id"] == "gif"
+    assert out[2].ok
+
+
+def test_processed_images_are_reused_and_prepared_off_the_worker(engine):
+    adapter = engine.runner.vision
+    req = request_from_json(three_question_request(images=[image_field(png_bytes(seed=77))]))
+    calls = []
+    original = adapter._encode
+    adapter._encode = lambda *a, **k: calls.append(1) or original(*a, **k)
+    try:
+        engine.prepare_images(req)  # what the HTTP server does in its request thread
+        first = engine.decide(req)
+        second = engine.decide(req)
+    finally:
+        del adapter._encode
+    assert len(calls) == 1  # processed once, then read from the cache
+    assert _probs(first) == _probs(second)

@@ -85,7 +85,8 @@ def build(family: str, *, seed: int = 0, attn: str = "sdpa", dtype=torch.float32
         tok = build_tiny_tokenizer(named=_GEMMA_NAMED)
         cfg = tf.Gemma3Config(
             text_config=dict(vocab_size=len(tok), **_TEXT, head_dim=16, sliding_window=8,
-                             layer_types=["sliding_attention", "full_attention"], final_logit_softcapping=30.0,
+                             layer_types=(["sliding_attention", "full_attention"] * layers)[:layers],
+                             final_logit_softcapping=30.0,
                              query_pre_attn_scalar=16, **_ids(tok)),
             vision_config=dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64,
                                num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8),

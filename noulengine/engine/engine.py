@@ -236,7 +236,14 @@ class Engine:
         for i, item in enumerate(items):
             t0 = time.perf_counter()
             try:
-                req = item if isinstance(item, Request) else request_from_json(item, media_root=self.media_root)
+                if isinstance(item, Request):
+                    req = item
+                    if req.images:  # built in Python, never parsed: the same image rules apply
+                        from noulengine.records.images import check_images
+
+                        check_images(req.images, record_id=req.id)
+                else:
+                    req = request_from_json(item, media_root=self.media_root)
                 if req.images and not self.runner.supports_images:
                     why = ("this vision-language model was given no processor (Engine.from_model(..., processor=)), "
                            "so it cannot read images" if hasattr(self.runner.model.config, "vision_config")
@@ -276,6 +283,19 @@ class Engine:
             decisions[i] = Decision(id=c.request_id, answers=answers, input_tokens=c.input_tokens,
                                     latency_s=compile_s[i] + batch_s)
         return decisions  # type: ignore[return-value]
+
+    def prepare_images(self, request: Request) -> None:
+        """Run the processor on ``request``'s images now (any thread) and keep the result for
+        its compile step (a VLM's adapter cache); nothing for text requests or text models.
+
+        The HTTP server calls it in its request threads, so resizing pixels never stalls the
+        model's worker thread.
+
+        Raises:
+            RecordError: an image cannot be decoded or the processor refuses it.
+        """
+        if request.images and self.runner.vision is not None:
+            self.runner.vision.encode(request.images, record_id=request.id)
 
     def compile(self, request: Request | dict) -> CompiledRequest:
         """The packed token tree the engine would run for ``request`` (for inspection and tests)."""

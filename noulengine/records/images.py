@@ -208,3 +208,26 @@ def coerce_image(raw, *, record_id=None, field="images[0]", media_root=None):
     if isinstance(raw, str) and not raw.startswith("data:") and media_root is not None:
         return load_image_file(raw, media_root=media_root, record_id=record_id, field=field)
     return decode_image(raw, record_id=record_id, field=field)
+
+
+def check_images(images, *, record_id=None) -> None:
+    """Every rule for already-built :class:`~noulengine.records.schema.Image` objects (a
+    ``Request`` made in Python, not parsed): count, combined size, and per image its declared
+    type, size, pixel count, stillness and that Pillow reads it as that type.
+
+    Raises:
+        RecordError / SizeLimitError: naming the record and ``images[i]``.
+    """
+    if len(images) > MAX_IMAGES:
+        raise RecordError(f"at most {MAX_IMAGES} images per request, got {len(images)}", record_id=record_id,
+                          field="images")
+    check_image_list(images, record_id=record_id)
+    for i, image in enumerate(images):
+        field = f"images[{i}]"
+        if image.mime_type not in ALLOWED_MIME:
+            raise RecordError(f"unsupported image type {image.mime_type!r}; expected one of {list(ALLOWED_MIME)}",
+                              record_id=record_id, field=f"{field}.type")
+        if len(image.data) > MAX_IMAGE_BYTES:
+            raise SizeLimitError(f"image is {len(image.data)} bytes; the limit is {MAX_IMAGE_BYTES} bytes",
+                                 limit=MAX_IMAGE_BYTES, actual=len(image.data), record_id=record_id, field=field)
+        _check_with_pillow(image.data, image.mime_type, record_id, field)

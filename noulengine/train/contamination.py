@@ -10,14 +10,15 @@ lower-cased. Two keys are indexed per evaluation row: the whole state rendered a
 and each string inside the state of at least ``MIN_LEAF_CHARS`` characters, so a test article
 copied into another key (``{"article": ...}`` instead of ``{"text": ...}``) is still caught.
 
-Rows with images are indexed by the sha256 of each image's bytes instead: their evidence is the
-image, and their state text is often shared by every row ("Look at the image."). A training row
-that holds any evaluation image is refused; its state text is checked against the text-only rows.
+Rows with images are indexed by the sha256 of each image's decoded pixels instead
+(:func:`noulengine.vision.inputs.pixel_digest`: RGB pixels and size, so a re-encoded or renamed
+copy is caught; a lossy re-encoding such as JPEG is not): their evidence is the image, and their
+state text is often shared by every row ("Look at the image."). A training row that holds any
+evaluation image is refused; its state text is checked against the text-only rows.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -67,7 +68,7 @@ class EvaluationIndex:
     images: dict[str, str] = field(default_factory=dict)
 
     def add(self, suite: str, record_id: str | None, state: Any, image_digests: tuple[str, ...] = ()) -> None:
-        """Index one evaluation row (``image_digests``: sha256 hex of its images' bytes)."""
+        """Index one evaluation row (``image_digests``: its images' pixel digests)."""
         if record_id is not None:
             self.ids.setdefault(record_id, suite)
         if image_digests:
@@ -85,11 +86,13 @@ class EvaluationIndex:
         """
         if record_id in self.ids:
             return f"id {record_id!r} is a row of evaluation suite {self.ids[record_id]!r}"
+        from noulengine.vision.inputs import pixel_digest
+
         for i, image in enumerate(images):
-            digest = hashlib.sha256(image.data).hexdigest()
+            digest = pixel_digest(image)
             if digest in self.images:
-                return (f"images[{i}] (sha256 {digest[:16]}...) is an image of evaluation suite "
-                        f"{self.images[digest]!r}; test rows never feed training")
+                return (f"images[{i}] has the pixels of an image of evaluation suite {self.images[digest]!r} "
+                        f"(pixel sha256 {digest[:16]}...); test rows never feed training")
         for key in sorted(state_keys(state)):
             if key in self.texts:
                 shown = key if len(key) <= 60 else key[:57] + "..."
@@ -100,7 +103,7 @@ class EvaluationIndex:
     def summary(self) -> dict:
         return {"suites": self.suites, "ids": len(self.ids), "texts": len(self.texts), "images": len(self.images),
                 "rule": f"id, or whitespace-collapsed lower-cased state JSON or any state string of >= "
-                        f"{MIN_LEAF_CHARS} chars (rows without images), or an image's sha256"}
+                        f"{MIN_LEAF_CHARS} chars (rows without images), or an image's pixels (sha256 of RGB pixels and size)"}
 
 
 def build_evaluation_index(*, source: str | None = None, prepare: bool = True) -> EvaluationIndex:
@@ -142,9 +145,10 @@ def build_evaluation_index(*, source: str | None = None, prepare: bool = True) -
 
 
 def _image_digests(images: Any, media_root: Path) -> tuple[str, ...]:
-    """sha256 hex of each image of an evaluation row (paths relative to its prepared file)."""
+    """The pixel digest of each image of an evaluation row (paths relative to its prepared file)."""
     from noulengine.records.images import coerce_image
+    from noulengine.vision.inputs import pixel_digest
 
     if not isinstance(images, list):
         return ()
-    return tuple(hashlib.sha256(coerce_image(raw, media_root=media_root).data).hexdigest() for raw in images)
+    return tuple(pixel_digest(coerce_image(raw, media_root=media_root)) for raw in images)

@@ -62,8 +62,9 @@ def apply_method(model, *, method: str, lora_r: int = 16, lora_alpha: int = 32, 
 
     Args:
         train_vision: a VLM's vision tower and projector train too (``full``: all their
-            parameters; ``lora``: adapters on their projections with the target names); default
-            frozen. No effect on text models.
+            parameters; ``lora``: adapters on every one of their linear layers; a projector that
+            is a bare weight matrix, Gemma 3's, has no linear layer and stays frozen under LoRA);
+            default frozen. No effect on text models.
 
     Raises:
         ValueError: unknown method, or ``lora_layers``/``top_k`` outside 1..num_layers.
@@ -100,12 +101,19 @@ def apply_method(model, *, method: str, lora_r: int = 16, lora_alpha: int = 32, 
     if not targets:
         raise ValueError(f"none of the LoRA target modules {list(lora_targets)} exist in {type(model).__name__}")
     layers = None if lora_layers is None else list(range(n - lora_layers, n))
-    if is_vision_language(model) and not train_vision:
-        # only the language model's decoder layers: a regex over qualified module names (the
-        # vision tower has projections of the same names)
+    if is_vision_language(model):
+        # Only the language model's decoder layers by default: a regex over qualified module
+        # names (vision towers have projections of the same names, and lora_layers counts
+        # decoder layers only). train_vision adds every linear layer of the vision tower and
+        # projector, whatever their names (Qwen2-VL's are qkv / proj / fc1 / fc2).
         which = r"\d+" if layers is None else "(?:" + "|".join(str(i) for i in layers) + ")"
-        target_modules = (rf"^{re.escape(_decoder_prefix(model))}\.layers\.{which}\..*\."
-                          rf"(?:{'|'.join(map(re.escape, targets))})$")
+        patterns = [rf"{re.escape(_decoder_prefix(model))}\.layers\.{which}\..*\."
+                    rf"(?:{'|'.join(map(re.escape, targets))})"]
+        if train_vision:
+            vision_ids = {id(p) for _, p in vision_parameters(model)}
+            patterns += [re.escape(name) for name, module in model.named_modules()
+                         if isinstance(module, torch.nn.Linear) and id(module.weight) in vision_ids]
+        target_modules = "^(?:" + "|".join(patterns) + ")$"
         layers = None  # encoded in the pattern
     else:
         target_modules = targets

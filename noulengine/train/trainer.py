@@ -309,7 +309,8 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
         return result
     final = {}
     if sel_rows and config.flip_rate_rows:
-        engine = Engine.from_model(model, tokenizer, readout=config.readout, debias="permute", device=str(device))
+        engine = Engine.from_model(model, tokenizer, processor=loaded.processor, readout=config.readout,
+                                   debias="permute", device=str(device), prefix_cache_mb=0)
         final["permutation"] = selection_metrics(engine, sel_rows[:config.flip_rate_rows], debias="permute")
     files = save_trained(model, tokenizer, output, method=config.method, merge=config.merge,
                          processor=loaded.processor)

@@ -26,6 +26,9 @@ a tiny-config test to ``tests/test_vision_models.py``.
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from typing import Sequence
 
 import torch
@@ -58,11 +61,19 @@ class VisionAdapter:
     bidirectional_images: bool = False
     applies_softcap: bool = True
 
+    # processed images kept for reuse (bytes of pixel tensors): the HTTP server runs the
+    # processor in its request threads (Engine.prepare_images) and the model's worker thread then
+    # finds the result here instead of resizing pixels while every other request waits
+    cache_bytes: int = 256 * 2**20
+
     def __init__(self, config, processor):
         self.config = config
         self.processor = processor
         self.image_token_id = int(getattr(config, "image_token_id", None) if getattr(config, "image_token_id", None)
                                   is not None else config.image_token_index)
+        self._cache: OrderedDict[tuple[str, ...], VisionInputs] = OrderedDict()
+        self._cached_bytes = 0
+        self._lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -78,10 +89,32 @@ class VisionAdapter:
         Returns:
             :class:`VisionInputs` with the expanded image block and the pixel tensors.
 
+        Results are cached by the images' sha256 (LRU within :attr:`cache_bytes`), so the same
+        images are processed once; a cached result is shared, never modified.
+
         Raises:
             RecordError: an image cannot be decoded, or the processor refuses it (names the
                 record, the field ``images`` and the processor's message).
         """
+        key = tuple(hashlib.sha256(im.data).hexdigest() for im in images)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return hit
+        inputs = self._encode(images, record_id=record_id)
+        size = sum(t.numel() * t.element_size() for t in inputs.tensors.values())
+        with self._lock:
+            if key not in self._cache and size <= self.cache_bytes:
+                self._cache[key] = inputs
+                self._cached_bytes += size
+                while self._cached_bytes > self.cache_bytes:
+                    _, old = self._cache.popitem(last=False)
+                    self._cached_bytes -= sum(t.numel() * t.element_size() for t in old.tensors.values())
+        return inputs
+
+    def _encode(self, images: Sequence, *, record_id=None) -> VisionInputs:
+        """:meth:`encode` without the cache."""
         pil = [to_pil(im, record_id=record_id, field=f"images[{i}]") for i, im in enumerate(images)]
         text = self.placeholder * len(pil)
         try:

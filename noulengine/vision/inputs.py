@@ -30,19 +30,45 @@ class VisionInputs:
 
 
 def to_pil(image, *, record_id=None, field: str = "images[0]"):
-    """A :class:`noulengine.records.schema.Image` (already checked) as an RGB ``PIL.Image``.
+    """A :class:`noulengine.records.schema.Image` (already checked) as an RGB ``PIL.Image``, the
+    way transformers reads an image file: EXIF orientation applied (``ImageOps.exif_transpose``,
+    as ``transformers.image_utils.load_image`` does) and transparency composited onto white
+    (``transformers.image_transforms.convert_to_rgb``, what the image processors do).
 
     Raises:
         RecordError: Pillow cannot decode the bytes (they passed the header check but not a
             full decode, e.g. a truncated file).
     """
     from PIL import Image as PILImage
+    from PIL import ImageOps
 
     from noulengine.records.errors import RecordError
 
     try:
         with PILImage.open(io.BytesIO(image.data)) as im:
             im.load()
-            return im.convert("RGB")
+            im = ImageOps.exif_transpose(im)
+            return rgb(im)
     except Exception as exc:  # Pillow raises many types for corrupt data
         raise RecordError(f"image cannot be decoded: {exc}", record_id=record_id, field=field) from None
+
+
+def rgb(im):
+    """``im`` as RGB with any transparency composited onto white (transformers' rule)."""
+    from PIL import Image as PILImage
+    from transformers.image_transforms import convert_to_rgb
+
+    if im.mode == "RGB":
+        return im.copy()
+    return PILImage.fromarray(convert_to_rgb(im, return_numpy=True))
+
+
+def pixel_digest(image) -> str:
+    """sha256 hex of an image's decoded RGB pixels and size (:func:`to_pil`): the same for every
+    lossless encoding of the same picture (PNG at any compression, WebP lossless, trailing bytes)."""
+    import hashlib
+
+    im = to_pil(image)
+    h = hashlib.sha256(f"{im.width}x{im.height}:".encode())
+    h.update(im.tobytes())
+    return h.hexdigest()
