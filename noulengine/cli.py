@@ -221,6 +221,9 @@ def cmd_decide(args: argparse.Namespace) -> int:
     if bool(args.input) == bool(args.questions):
         print("error: give either --input FILE or --state/--questions", file=sys.stderr)
         return 2
+    if args.images and args.input:
+        print("error: --images goes with --state/--questions; records in --input name their own images", file=sys.stderr)
+        return 2
     if args.chunk < 1:
         print(f"error: --chunk must be at least 1, got {args.chunk}", file=sys.stderr)
         return 2
@@ -269,6 +272,8 @@ def cmd_decide(args: argparse.Namespace) -> int:
         chunk_size = args.chunk
     if args.questions:
         request = {"state": state, "questions": questions}
+        if args.images:
+            request["images"] = list(args.images)  # local paths (relative: --media-root, MEDIA_ROOT or here)
         decision = engine.decide_batch([request])[0]
         print(json.dumps(decision.to_dict(), ensure_ascii=False, indent=2, allow_nan=False))
         return 0 if decision.ok else 1
@@ -351,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         "(all rows are still written, in input order), 2 for bad arguments."))
     p.add_argument("--state", help="the state: inline JSON or a JSON file (with --questions)")
     p.add_argument("--questions", help="the questions object: inline JSON or a JSON file")
+    p.add_argument("--images", nargs="+", metavar="PATH", help="image files for the --state/--questions request, "
+                   "in order (a vision-language model reads them)")
     p.add_argument("--input", help="a JSONL file of requests/records")
     p.add_argument("--output", help="where to write answers (JSONL; default stdout)")
     p.add_argument("--chunk", type=int, default=256, help="requests handed to the engine at a time")

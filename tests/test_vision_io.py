@@ -167,6 +167,18 @@ def test_cli_decide_reads_image_paths_beside_the_input(vlm_dirs, tmp_path, capsy
     assert got[1]["error"]["field"] == "images[0]" and "pics/nope.png" in got[1]["error"]["message"]
 
 
+def test_cli_decide_single_request_with_images(vlm_dirs, tmp_path, capsys, monkeypatch):
+    from noulengine.cli import main
+
+    (tmp_path / "a.png").write_bytes(png_bytes(seed=14))
+    monkeypatch.chdir(tmp_path)
+    q = json.dumps({"flag": {"type": "noul", "instructions": "Is it red?"}})
+    rc = main(["decide", "--model", str(vlm_dirs["qwen2_vl"]), "--state", '"look"', "--questions", q, "--images", "a.png"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["error"] is None and out["usage"]["input_tokens"] > 0
+    assert main(["decide", "--input", "x.jsonl", "--images", "a.png"]) == 2
+
+
 def test_eval_runs_the_shapes_suite_end_to_end(vlm_dirs, tmp_path):
     from noulengine.eval.__main__ import main
 

@@ -57,8 +57,8 @@ class EngineConfig:
             through the model's own causal attention, with no dense tree mask; false runs every request through the tree path (the reference).
         prefix_cache: run tree requests (several branches) with a prefix KV cache: the shared prefix prefilled once, then every branch as a batch against the cached keys and values (models without sliding-window layers; others keep the tree path).
         prefix_cache_min_tokens: tree requests of fewer packed tokens keep the tree path unless their whole prefix is already cached (measured on a 2-core CPU: the cached path ran at 0.91-0.94x the tree path at ~515 tokens, 1.0-1.1x at ~1,400 and 1.4-1.5x at ~2,600); 0 sends every tree request through the prefix cache.
-        media_root: the folder relative image paths in requests are read from (default ``MEDIA_ROOT``, else the --input file's folder for noulengine decide, else the working directory); HTTP requests never read paths.
         prefix_cache_mb: cross-request prefix caching budget in MiB: keys and values of the frame head every request starts with, of prefixes a batch shares and of tree requests' states are kept and reused across requests (LRU, keyed by token ids); 0 turns it off. Used by the causal path and the prefix-cache path (not the tree path, the reference); never for sliding-window or int8 models. Call Engine.reset_prefix_cache() after changing weights in place.
+        media_root: the folder relative image paths in requests are read from (default ``MEDIA_ROOT``, else the --input file's folder for noulengine decide, else the working directory); HTTP requests never read paths.
     """
 
     model: str | None = None
