@@ -90,6 +90,23 @@ def _plain_help(text: str) -> str:
     return text.replace("``", "")
 
 
+def field_help(doc: str, name: str) -> str:
+    """The ``name: ...`` entry of a dataclass docstring's Attributes, continuation lines joined,
+    as plain help text ("" when absent)."""
+    lines = doc.splitlines()
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith(name + ":"):
+            indent = len(line) - len(line.lstrip())
+            parts = [stripped[len(name) + 1:].strip()]
+            for more in lines[i + 1:]:
+                if not more.strip() or len(more) - len(more.lstrip()) <= indent:
+                    break
+                parts.append(more.strip())
+            return _plain_help(" ".join(parts))
+    return ""
+
+
 def add_engine_args(parser: argparse.ArgumentParser, *, skip: tuple[str, ...] = ()) -> None:
     """Add one ``--flag`` per :class:`EngineConfig` field (``batch_tokens`` -> ``--batch-tokens``).
 
@@ -105,10 +122,9 @@ def add_engine_args(parser: argparse.ArgumentParser, *, skip: tuple[str, ...] = 
         flag = "--" + f.name.replace("_", "-")
         default = f.default
         kind = {int: int, "int": int, "int | None": int}.get(f.type, None)
-        help_line = ENGINE_FLAG_HELP.get(f.name) or _plain_help(next(
-            (line.strip()[len(f.name) + 1:].strip() for line in doc.splitlines() if line.strip().startswith(f.name + ":")),
-            ""))
-        if default is not None and f.name not in choices:
+        help_line = ENGINE_FLAG_HELP.get(f.name) or field_help(doc, f.name)
+        is_bool = f.type in ("bool | None", bool | None, "bool", bool)
+        if default is not None and f.name not in choices and not is_bool:
             help_line += f" (default {default})"
         if f.type in ("bool | None", bool | None):
             parser.add_argument(flag, type=_tri_state, default=default, metavar="{true,false,auto}",

@@ -3,12 +3,16 @@ on the vision-v1 ``shapes`` suite (no vision-language checkpoint is installable 
 
 Training scenes come from the suite's own renderer with other seeds (``--train-seed``,
 ``--selection-seed``; the suite is seed 0), so no test image feeds training (the trainer's
-evaluation-overlap guard checks image sha256s as well). The model is built from a config with
+evaluation-overlap guard also refuses any image with a test image's pixels). The model is built from a config with
 random weights (language model and vision tower), trained with ``method=full`` and
 ``train_vision`` (a random vision tower has nothing to keep frozen), then evaluated by
 ``python -m noulengine.eval --suite vision-v1``.
 
-    python scripts/vision_shapes_experiment.py --output runs/vision-shapes   # ~15 min on 2 CPU cores
+    python scripts/vision_shapes_experiment.py --output runs/vision-shapes   # 753 s training on 2 CPU cores
+    ... --permute false        # choice options in criteria order
+    ... --image-side 112       # 16 image tokens per image instead of 4
+
+Results: docs/vision.md#measured.
 """
 
 from __future__ import annotations

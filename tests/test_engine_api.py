@@ -113,3 +113,12 @@ def test_boolean_engine_flags_parse_true_and_false():
     assert kw["causal_path"] is True and kw["prefix_cache"] is True and kw["prefix_cache_mb"] == 256
     with pytest.raises(SystemExit):
         parser.parse_args(["--causal-path", "no"])
+
+
+def test_engine_flag_help_shows_each_default_once(capsys):
+    from noulengine.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["decide", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default True)" not in text and "(default true)" in text

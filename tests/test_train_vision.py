@@ -146,8 +146,9 @@ def test_evaluation_images_never_feed_training(tmp_path):
     for name in ("shape.png", "resaved.png", "rgba.png"):
         rows = colour_rows(2, 5)
         rows[1]["images"] = [name]  # a copied test image under a new name
-        with pytest.raises(TrainingDataError, match=r"images\[0\].*evaluation suite 'shapes'"):
+        with pytest.raises(TrainingDataError, match=r"images\[0\].*evaluation suite 'shapes'") as err:
             load_training_rows(write(tmp_path / "t.jsonl", rows), index=index)
+        assert err.value.errors[0].field == "images[0]"
     # the suite's shared state text alone is not evidence: a new image with it trains
     rows = colour_rows(1, 6)
     rows[0]["state"] = {"task": "Look at the image and answer about the shapes drawn on it."}

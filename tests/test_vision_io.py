@@ -128,6 +128,15 @@ def test_limits_apply_before_decoding():
         request_from_json(three_question_request(images=[png_bytes()] * 9))
 
 
+def test_clear_messages_for_urls_and_non_images(tmp_path):
+    with pytest.raises(RecordError, match="remote image URLs are never fetched") as err:
+        request_from_json(three_question_request(images=["https://example.com/x.png"]), media_root=tmp_path)
+    assert err.value.field == "images[0]"
+    with pytest.raises(RecordError) as err:
+        request_from_json(three_question_request(images=[b"plain text, not an image"]))
+    assert "cannot identify the bytes" in str(err.value) and "BytesIO" not in str(err.value)
+
+
 def test_paths_are_refused_without_a_media_root():
     """HTTP parses with no media root: a path is never read from the server's disk."""
     with pytest.raises(RecordError, match="paths and remote URLs are refused"):

@@ -245,12 +245,15 @@ class Engine:
                 else:
                     req = request_from_json(item, media_root=self.media_root)
                 if req.images and not self.runner.supports_images:
-                    why = ("this vision-language model was given no processor (Engine.from_model(..., processor=)), "
-                           "so it cannot read images" if hasattr(self.runner.model.config, "vision_config")
-                           else "this model is text-only and cannot read images")
-                    raise UnsupportedModalityError(
-                        f"record {req.id!r}: field 'images': {why} ({len(req.images)} given); "
-                        "use a vision-language model or remove the images")
+                    where = f"record {req.id!r}: " if req.id is not None else ""
+                    if hasattr(self.runner.model.config, "vision_config"):
+                        why = ("this vision-language model was given no processor, so it cannot read images "
+                               f"({len(req.images)} given); pass processor= to Engine.from_model (or load the "
+                               "checkpoint folder with Engine.from_pretrained), or remove the images")
+                    else:
+                        why = (f"this model is text-only and cannot read images ({len(req.images)} given); use a "
+                               "vision-language model or remove the images")
+                    raise UnsupportedModalityError(f"{where}field 'images': {why}")
                 compiled[i] = self.compiler.compile(req)
                 parsed[i] = req
             except Exception as exc:  # noqa: BLE001 - one bad request never loses the others' answers
@@ -439,5 +442,7 @@ class Engine:
                 "readout": self.config.readout,
                 "debias": self.config.debias, "calibration": self.config.calibration,
                 "attn_implementation": self.runner.attn_implementation,
-                "vision": self.runner.vision.name if self.runner.vision is not None else None,
+                "vision": ({"family": self.runner.vision.name, "model_type": self.runner.config_model_type}
+                           if self.runner.vision is not None else None),
+                "modalities": ["text", "image"] if self.runner.supports_images else ["text"],
                 "config": {f.name: getattr(self.config, f.name) for f in fields(self.config)}}

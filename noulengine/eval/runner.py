@@ -219,8 +219,14 @@ X_MASS_WARN = 0.01  # median candidate mass under which a suite is flagged
 
 
 def suite_warnings(metrics: dict) -> list[str]:
-    """Plain sentences for a suite's repeated ids and low candidate mass (from its metrics)."""
+    """Plain sentences for a suite's error rows, repeated ids and low candidate mass (from its metrics)."""
     out = []
+    counts = metrics.get("counts", {})
+    if counts.get("errors"):
+        kinds = ", ".join(f"{k}: {v}" for k, v in counts.get("error_kinds", {}).items())
+        out.append(f"{counts['errors']} of {counts['decisions']} decisions are error rows ({kinds}); they count as "
+                   "wrong, so the scores below measure the failures, not the model's answers (the messages are in "
+                   "predictions.jsonl)")
     dup = metrics["duplicate_ids"]
     if dup["count"]:
         out.append(f"{dup['count']} record id(s) occur more than once ({', '.join(dup['ids'][:5])}"

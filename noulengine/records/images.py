@@ -103,7 +103,7 @@ def _check_with_pillow(blob: bytes, mime: str, record_id, field) -> None:
     except RecordError:
         raise
     except Exception as exc:  # Pillow raises many types for corrupt data.
-        raise RecordError(f"not a decodable image: {exc}", record_id=record_id, field=field) from None
+        raise RecordError(f"not a decodable image: {_pillow_reason(exc)}", record_id=record_id, field=field) from None
     expected = mime.split("/")[1]
     if fmt and fmt != expected and not (fmt == "mpo" and expected == "jpeg"):
         raise RecordError(f"declared {mime} but the bytes are {fmt}", record_id=record_id, field=f"{field}.type")
@@ -117,6 +117,15 @@ def check_image_list(images, *, record_id=None) -> None:
     if total > MAX_TOTAL_IMAGE_BYTES:
         raise SizeLimitError(f"images total {total} bytes; the limit is {MAX_TOTAL_IMAGE_BYTES} bytes",
                              limit=MAX_TOTAL_IMAGE_BYTES, actual=total, record_id=record_id, field="images")
+
+
+def _pillow_reason(exc: Exception) -> str:
+    """Pillow's error as a message (without the in-memory file object it names)."""
+    from PIL import UnidentifiedImageError
+
+    if isinstance(exc, UnidentifiedImageError):
+        return "Pillow cannot identify the bytes as any image format"
+    return str(exc)
 
 
 def image_from_bytes(blob: bytes, *, record_id=None, field="images[0]"):
@@ -136,7 +145,7 @@ def image_from_bytes(blob: bytes, *, record_id=None, field="images[0]"):
         with PILImage.open(io.BytesIO(blob)) as im:
             fmt = (im.format or "").lower()
     except Exception as exc:  # Pillow raises many types for non-images
-        raise RecordError(f"not a decodable image: {exc}", record_id=record_id, field=field) from None
+        raise RecordError(f"not a decodable image: {_pillow_reason(exc)}", record_id=record_id, field=field) from None
     mime = _FORMAT_MIME.get(fmt)
     if mime is None:
         raise RecordError(f"unsupported image format {fmt or 'unknown'!r}; expected one of {list(ALLOWED_MIME)}",
@@ -173,7 +182,8 @@ def load_image_file(path: str, *, media_root, record_id=None, field="images[0]")
         full = Path(media_root) / full
     if not full.is_file():
         raise RecordError(f"image file {path!r} not found (looked for {full}; relative paths are read from the media "
-                          f"root {media_root}, set with --media-root or MEDIA_ROOT)", record_id=record_id, field=field)
+                          f"root {media_root}: --media-root, MEDIA_ROOT or EngineConfig.media_root)",
+                          record_id=record_id, field=field)
     size = full.stat().st_size
     if size > MAX_IMAGE_BYTES:
         raise SizeLimitError(f"image file {full} is {size} bytes; the limit is {MAX_IMAGE_BYTES} bytes",
@@ -206,6 +216,9 @@ def coerce_image(raw, *, record_id=None, field="images[0]", media_root=None):
     if type(raw).__module__.startswith("PIL.") and hasattr(raw, "save"):
         return image_from_pil(raw, record_id=record_id, field=field)
     if isinstance(raw, str) and not raw.startswith("data:") and media_root is not None:
+        if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", raw):
+            raise RecordError(f"remote image URLs are never fetched ({raw[:80]!r}); give a local path, a base64 "
+                              "object or a data: URL", record_id=record_id, field=field)
         return load_image_file(raw, media_root=media_root, record_id=record_id, field=field)
     return decode_image(raw, record_id=record_id, field=field)
 

@@ -23,17 +23,24 @@ def _parse_bool(s: str) -> bool:
 
 def add_train_args(ap: argparse.ArgumentParser) -> None:
     """One flag per :class:`TrainConfig` field, help text from its docstring."""
+    from noulengine.cli import field_help
+
     doc = TrainConfig.__doc__ or ""
     types = {"int": int, "int | None": int, "float": float, "float | None": float, "bool": _parse_bool}
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
-        help_line = next((line.strip() for line in doc.splitlines() if line.strip().startswith(f.name + ":")), "")
+        help_line = field_help(doc, f.name)
         required = f.default is dataclasses.MISSING
         kwargs = dict(type=types.get(f.type, str), help=help_line)
+        if f.type == "bool":
+            kwargs["metavar"] = "{true,false}"
         if required:
             kwargs["required"] = True
         else:
             kwargs["default"] = f.default
+            if f.default is not None:
+                shown = str(f.default).lower() if isinstance(f.default, bool) else f.default
+                kwargs["help"] = f"{help_line} (default {shown})"
         if f.name == "method":
             kwargs["choices"] = ["lora", "full", "top-k"]
         if f.name == "loss":

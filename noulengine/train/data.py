@@ -104,7 +104,8 @@ def load_training_rows(path: str | Path, *, index=None, soft_targets: bool = Fal
         if index is not None:
             rule = index.overlap(rec.id, rec.request.state, rec.request.images)
             if rule is not None:
-                bad("state" if not rule.startswith("id ") else "id", rule)
+                bad("id" if rule.startswith("id ") else (rule.split(" ", 1)[0] if rule.startswith("images[") else "state"),
+                    rule)
                 continue
         rows.append(TrainRow(rec, line, tuple(gold), tuple(soft)))
     if errors:
