@@ -69,8 +69,8 @@ class VisionAdapter:
     def __init__(self, config, processor):
         self.config = config
         self.processor = processor
-        self.image_token_id = int(getattr(config, "image_token_id", None) if getattr(config, "image_token_id", None)
-                                  is not None else config.image_token_index)
+        token = getattr(config, "image_token_id", None)  # Gemma 3 names it image_token_index
+        self.image_token_id = int(token if token is not None else config.image_token_index)
         self._cache: OrderedDict[tuple[str, ...], VisionInputs] = OrderedDict()
         self._cached_bytes = 0
         self._lock = threading.Lock()
@@ -83,14 +83,14 @@ class VisionAdapter:
     def encode(self, images: Sequence, *, record_id=None) -> VisionInputs:
         """Run the processor on one request's images (in order).
 
+        Results are cached by the images' sha256 (LRU within :attr:`cache_bytes`), so the same
+        images are processed once; a cached result is shared, never modified.
+
         Args:
             images: :class:`noulengine.records.schema.Image` objects (checked, not yet decoded).
 
         Returns:
             :class:`VisionInputs` with the expanded image block and the pixel tensors.
-
-        Results are cached by the images' sha256 (LRU within :attr:`cache_bytes`), so the same
-        images are processed once; a cached result is shared, never modified.
 
         Raises:
             RecordError: an image cannot be decoded, or the processor refuses it (names the
