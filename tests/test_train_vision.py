@@ -153,3 +153,27 @@ def test_evaluation_images_never_feed_training(tmp_path):
     rows = colour_rows(1, 6)
     rows[0]["state"] = {"task": "Look at the image and answer about the shapes drawn on it."}
     assert len(load_training_rows(write(tmp_path / "ok.jsonl", rows), index=index)) == 1
+
+
+def test_undecodable_training_image_is_listed_with_its_row(tmp_path):
+    """A JPEG cut short passes the header check; the overlap guard decodes it and must report the
+    row (id, field images[1], file, line) among the training errors, not raise on its own."""
+    from PIL import Image
+
+    from noulengine.train import TrainingDataError
+    from noulengine.train.contamination import EvaluationIndex
+    from noulengine.train.data import load_training_rows
+
+    import io
+
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 64), (10, 200, 30)).save(buf, format="JPEG")
+    (tmp_path / "cut.jpg").write_bytes(buf.getvalue()[:-600])
+    rows = colour_rows(2, 8)
+    rows[1]["images"] = [rows[1]["images"][0], "cut.jpg"]
+    index = EvaluationIndex()
+    index.add("some-suite", "x", "y", ("0" * 64,))  # one indexed image: the guard decodes training images
+    with pytest.raises(TrainingDataError) as err:
+        load_training_rows(write(tmp_path / "t.jsonl", rows), index=index)
+    (only,) = err.value.errors
+    assert (only.record_id, only.field, only.line) == (rows[1]["id"], "images[1]", 2)

@@ -83,13 +83,16 @@ class EvaluationIndex:
 
         Args:
             images: the row's :class:`~noulengine.records.schema.Image` objects.
+
+        Raises:
+            RecordError: an image cannot be decoded (naming the record and ``images[i]``).
         """
         if record_id in self.ids:
             return f"id {record_id!r} is a row of evaluation suite {self.ids[record_id]!r}"
         from noulengine.vision.inputs import pixel_digest
 
-        for i, image in enumerate(images):
-            digest = pixel_digest(image)
+        for i, image in enumerate(images if self.images else ()):  # decode only when there is something to match
+            digest = pixel_digest(image, record_id=record_id, field=f"images[{i}]")
             if digest in self.images:
                 return (f"images[{i}] has the pixels of an image of evaluation suite {self.images[digest]!r} "
                         f"(pixel sha256 {digest[:16]}...); test rows never feed training")

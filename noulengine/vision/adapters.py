@@ -68,7 +68,7 @@ class VisionAdapter:
 
     def __init__(self, config, processor):
         self.config = config
-        self.processor = processor
+        self.processor = _with_own_tokenizer(processor)
         token = getattr(config, "image_token_id", None)  # Gemma 3 names it image_token_index
         self.image_token_id = int(token if token is not None else config.image_token_index)
         self._cache: OrderedDict[tuple[str, ...], VisionInputs] = OrderedDict()
@@ -233,6 +233,26 @@ class Gemma3Adapter(VisionAdapter):
 
 
 ADAPTERS: tuple[type[VisionAdapter], ...] = (Qwen2VLAdapter, Idefics3Adapter, Gemma3Adapter)
+
+
+def _with_own_tokenizer(processor):
+    """A shallow copy of ``processor`` holding its own copy of the tokenizer.
+
+    Hugging Face fast tokenizers implement ``split_special_tokens`` by setting a flag on the
+    shared Rust tokenizer for the call. The compiler tokenizes user text with it on (special-token
+    strings stay text) and the processor with it off (placeholders become image tokens). With one
+    tokenizer, a processor call in an HTTP request thread during a compile in the model's worker
+    thread flipped the flag under the other: placeholders were split (the processor refused the
+    image) and user text could become real special tokens. Separate copies share no flag.
+    """
+    import copy
+
+    tokenizer = getattr(processor, "tokenizer", None)
+    if tokenizer is None:
+        return processor
+    own = copy.copy(processor)
+    own.tokenizer = copy.deepcopy(tokenizer)
+    return own
 
 
 def adapter_for(config, processor) -> VisionAdapter:

@@ -63,12 +63,16 @@ def rgb(im):
     return PILImage.fromarray(convert_to_rgb(im, return_numpy=True))
 
 
-def pixel_digest(image) -> str:
+def pixel_digest(image, *, record_id=None, field: str = "images[0]") -> str:
     """sha256 hex of an image's decoded RGB pixels and size (:func:`to_pil`): the same for every
-    lossless encoding of the same picture (PNG at any compression, WebP lossless, trailing bytes)."""
+    lossless encoding of the same picture (PNG at any compression, WebP lossless, trailing bytes).
+
+    Raises:
+        RecordError: the image cannot be decoded (names ``record_id`` and ``field``).
+    """
     import hashlib
 
-    im = to_pil(image)
+    im = to_pil(image, record_id=record_id, field=field)
     h = hashlib.sha256(f"{im.width}x{im.height}:".encode())
     h.update(im.tobytes())
     return h.hexdigest()
