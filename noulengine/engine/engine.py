@@ -30,6 +30,7 @@ from noulengine.engine.prefix_store import PrefixKVStore, causal_batch_hidden, p
 from noulengine.engine.readout import batch_candidate_logprobs
 from noulengine.records.errors import NonFiniteLogitsError, NoulEngineError, RecordError, UnsupportedModalityError
 from noulengine.records.schema import Question, Request, request_from_json
+from noulengine.vision.adapters import adapter_for, is_vision_language
 
 CONTENT_FREE_STATES = ("N/A", "", "[MASK]")  # Zhao et al. 2021, "Calibrate Before Use"
 
@@ -104,9 +105,7 @@ class Engine:
         self.config = config or EngineConfig()
         self.processor = processor
         vision = None
-        if hasattr(model.config, "vision_config") and processor is not None:
-            from noulengine.vision.adapters import adapter_for
-
+        if is_vision_language(model) and processor is not None:
             vision = adapter_for(model.config, processor)  # raises for a family without an adapter
         self.runner = ModelRunner(model, vision=vision)
         self.tokenizer = tokenizer
@@ -246,7 +245,7 @@ class Engine:
                     req = request_from_json(item, media_root=self.media_root)
                 if req.images and not self.runner.supports_images:
                     where = f"record {req.id!r}: " if req.id is not None else ""
-                    if hasattr(self.runner.model.config, "vision_config"):
+                    if is_vision_language(self.runner.model):
                         why = ("this vision-language model was given no processor, so it cannot read images "
                                f"({len(req.images)} given); pass processor= to Engine.from_model (or load the "
                                "checkpoint folder with Engine.from_pretrained), or remove the images")
@@ -442,7 +441,7 @@ class Engine:
                 "readout": self.config.readout,
                 "debias": self.config.debias, "calibration": self.config.calibration,
                 "attn_implementation": self.runner.attn_implementation,
-                "vision": ({"family": self.runner.vision.name, "model_type": self.runner.config_model_type}
+                "vision": ({"family": self.runner.vision.name, "model_type": self.runner.vlm.config.model_type}
                            if self.runner.vision is not None else None),
                 "modalities": ["text", "image"] if self.runner.supports_images else ["text"],
                 "config": {f.name: getattr(self.config, f.name) for f in fields(self.config)}}

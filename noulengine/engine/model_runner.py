@@ -96,7 +96,6 @@ class ModelRunner:
         self.attn_implementation = getattr(model.config, "_attn_implementation", "sdpa") or "sdpa"
         self.max_positions = int(getattr(text_cfg, "max_position_embeddings", 8192) or 8192)
         self.supports_images = vision is not None
-        self.config_model_type = getattr(model.config, "model_type", None)
         # dynamically quantized int8 layers (models/quantize.py): their activation scales depend on
         # the whole input tensor, so prefixes computed apart are not exact (no prefix caching)
         self.quantized = any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules())

@@ -54,11 +54,12 @@ def _finish(results, out: Path, meta: dict, what: str = "") -> int:
 
     metrics = write_outputs(results, out, meta)
     print((out / "report.md").read_text())
+    from noulengine.eval.runner import error_rows_warning
+
     for name, m in metrics.items():  # error rows also on stderr: they hide behind a low accuracy otherwise
-        counts = (m.get("metrics") or {}).get("counts") or {}
-        if counts.get("errors"):
-            print(f"warning: {name}: {counts['errors']} of {counts['decisions']} decisions are error rows "
-                  f"{counts.get('error_kinds')}; see {out}/predictions.jsonl", file=sys.stderr)
+        warning = error_rows_warning(m.get("metrics") or {})
+        if warning:
+            print(f"warning: {name}: {warning}", file=sys.stderr)
     print(f"{what}wrote {out}/ (report.md, metrics.json, run.json, predictions.jsonl)")
     failed = [n for n, m in metrics.items() if m["status"] not in ("ready", "preparable", "unavailable")]
     return 1 if failed else 0

@@ -218,15 +218,23 @@ def score_task(res: TaskResult, rows, done: dict, out_dir: Path, *, plots: bool)
 X_MASS_WARN = 0.01  # median candidate mass under which a suite is flagged
 
 
+def error_rows_warning(metrics: dict) -> str | None:
+    """The sentence for a suite whose decisions include error rows (None without any)."""
+    counts = metrics.get("counts", {})
+    if not counts.get("errors"):
+        return None
+    kinds = ", ".join(f"{k}: {v}" for k, v in counts.get("error_kinds", {}).items())
+    return (f"{counts['errors']} of {counts['decisions']} decisions are error rows ({kinds}); they count as wrong, "
+            "so the scores below measure the failures, not the model's answers (the messages are in "
+            "predictions.jsonl)")
+
+
 def suite_warnings(metrics: dict) -> list[str]:
     """Plain sentences for a suite's error rows, repeated ids and low candidate mass (from its metrics)."""
     out = []
-    counts = metrics.get("counts", {})
-    if counts.get("errors"):
-        kinds = ", ".join(f"{k}: {v}" for k, v in counts.get("error_kinds", {}).items())
-        out.append(f"{counts['errors']} of {counts['decisions']} decisions are error rows ({kinds}); they count as "
-                   "wrong, so the scores below measure the failures, not the model's answers (the messages are in "
-                   "predictions.jsonl)")
+    errors = error_rows_warning(metrics)
+    if errors:
+        out.append(errors)
     dup = metrics["duplicate_ids"]
     if dup["count"]:
         out.append(f"{dup['count']} record id(s) occur more than once ({', '.join(dup['ids'][:5])}"

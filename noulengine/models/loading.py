@@ -221,7 +221,9 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, dtype=None, dev
             has another sha256 than it was trained on.
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from noulengine.vision.adapters import is_vision_language
 
     if name_or_path is None:
         name_or_path = default_model_spec()
@@ -239,13 +241,14 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, dtype=None, dev
     directory, identity = resolve_model(name_or_path)
     torch_dtype = dtype if dtype is not None else torch.float32
     processor = None
-    if is_vision_language(directory):
+    config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
+    if is_vision_language(config):
         # a vision-language checkpoint: its image-text class and its processor (docs/vision.md)
-        from transformers import AutoConfig, AutoModelForImageTextToText
+        from transformers import AutoModelForImageTextToText
 
         from noulengine.vision.processor import load_processor
 
-        processor = load_processor(str(directory), AutoConfig.from_pretrained(str(directory), local_files_only=True))
+        processor = load_processor(str(directory), config)
         tokenizer = processor.tokenizer
         model_cls = AutoModelForImageTextToText
     else:
@@ -262,12 +265,6 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, dtype=None, dev
     return LoadedModel(model, tokenizer, identity, training, str(cal) if cal is not None and cal.is_file() else None,
                        processor=processor)
 
-
-def is_vision_language(directory: str | os.PathLike) -> bool:
-    """True when ``directory/config.json`` describes a vision-language model (a ``vision_config``)."""
-    path = Path(directory) / "config.json"
-    if not path.is_file():
-        return False
     try:
         return "vision_config" in json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -45,6 +45,20 @@ def strict_b64decode(text: str, *, record_id=None, field=None) -> bytes:
         raise RecordError(f"invalid base64: {exc}", record_id=record_id, field=field) from None
 
 
+def _check_size(nbytes: int, what: str, record_id, field) -> None:
+    """Refuse an image of more than :data:`MAX_IMAGE_BYTES` (``what``: how the message names it)."""
+    if nbytes > MAX_IMAGE_BYTES:
+        raise SizeLimitError(f"{what} is {nbytes} bytes; the limit is {MAX_IMAGE_BYTES} bytes",
+                             limit=MAX_IMAGE_BYTES, actual=nbytes, record_id=record_id, field=field)
+
+
+def _check_mime(mime, record_id, field) -> None:
+    """Refuse a declared type outside :data:`ALLOWED_MIME`."""
+    if mime not in ALLOWED_MIME:
+        raise RecordError(f"unsupported image type {mime!r}; expected one of {list(ALLOWED_MIME)}",
+                          record_id=record_id, field=f"{field}.type")
+
+
 def decode_image(raw, *, record_id=None, field="images[0]"):
     """Decode ``{"type": "image/png", "data": "<base64>"}`` or a ``data:`` URL string.
 
@@ -72,18 +86,14 @@ def decode_image(raw, *, record_id=None, field="images[0]"):
             data = m.group(2)
     else:
         raise RecordError(f"expected an image object or data URL, got {type(raw).__name__}", record_id=record_id, field=field)
-    if mime not in ALLOWED_MIME:
-        raise RecordError(f"unsupported image type {mime!r}; expected one of {list(ALLOWED_MIME)}",
-                          record_id=record_id, field=f"{field}.type")
+    _check_mime(mime, record_id, field)
     if len(data) > (MAX_IMAGE_BYTES * 4) // 3 + 8:  # refuse before decoding a huge string
         about = len(data) * 3 // 4
         raise SizeLimitError(f"image is about {about} bytes ({len(data)} base64 characters); the limit is "
                              f"{MAX_IMAGE_BYTES} bytes", limit=MAX_IMAGE_BYTES, actual=about,
                              record_id=record_id, field=field)
     blob = strict_b64decode(data, record_id=record_id, field=f"{field}.data")
-    if len(blob) > MAX_IMAGE_BYTES:
-        raise SizeLimitError(f"decoded image is {len(blob)} bytes; the limit is {MAX_IMAGE_BYTES} bytes",
-                             limit=MAX_IMAGE_BYTES, actual=len(blob), record_id=record_id, field=field)
+    _check_size(len(blob), "decoded image", record_id, field)
     _check_with_pillow(blob, mime, record_id, field)
     return Image(mime_type=mime, data=blob)
 
@@ -138,9 +148,7 @@ def image_from_bytes(blob: bytes, *, record_id=None, field="images[0]"):
 
     from noulengine.records.schema import Image
 
-    if len(blob) > MAX_IMAGE_BYTES:
-        raise SizeLimitError(f"image is {len(blob)} bytes; the limit is {MAX_IMAGE_BYTES} bytes",
-                             limit=MAX_IMAGE_BYTES, actual=len(blob), record_id=record_id, field=field)
+    _check_size(len(blob), "image", record_id, field)
     try:
         with PILImage.open(io.BytesIO(blob)) as im:
             fmt = (im.format or "").lower()
@@ -184,10 +192,7 @@ def load_image_file(path: str, *, media_root, record_id=None, field="images[0]")
         raise RecordError(f"image file {path!r} not found (looked for {full}; relative paths are read from the media "
                           f"root {media_root}: --media-root, MEDIA_ROOT or EngineConfig.media_root)",
                           record_id=record_id, field=field)
-    size = full.stat().st_size
-    if size > MAX_IMAGE_BYTES:
-        raise SizeLimitError(f"image file {full} is {size} bytes; the limit is {MAX_IMAGE_BYTES} bytes",
-                             limit=MAX_IMAGE_BYTES, actual=size, record_id=record_id, field=field)
+    _check_size(full.stat().st_size, f"image file {full}", record_id, field)
     try:
         blob = full.read_bytes()
     except OSError as exc:
@@ -231,16 +236,9 @@ def check_images(images, *, record_id=None) -> None:
     Raises:
         RecordError / SizeLimitError: naming the record and ``images[i]``.
     """
-    if len(images) > MAX_IMAGES:
-        raise RecordError(f"at most {MAX_IMAGES} images per request, got {len(images)}", record_id=record_id,
-                          field="images")
-    check_image_list(images, record_id=record_id)
+    check_image_list(images, record_id=record_id)  # count and combined size first
     for i, image in enumerate(images):
         field = f"images[{i}]"
-        if image.mime_type not in ALLOWED_MIME:
-            raise RecordError(f"unsupported image type {image.mime_type!r}; expected one of {list(ALLOWED_MIME)}",
-                              record_id=record_id, field=f"{field}.type")
-        if len(image.data) > MAX_IMAGE_BYTES:
-            raise SizeLimitError(f"image is {len(image.data)} bytes; the limit is {MAX_IMAGE_BYTES} bytes",
-                                 limit=MAX_IMAGE_BYTES, actual=len(image.data), record_id=record_id, field=field)
+        _check_mime(image.mime_type, record_id, field)
+        _check_size(len(image.data), "image", record_id, field)
         _check_with_pillow(image.data, image.mime_type, record_id, field)

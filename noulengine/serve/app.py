@@ -163,7 +163,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         def parse():
             parsed = request_from_json(body)
             check_image_list(parsed.images, record_id=parsed.id)  # count and combined-size limits
-            if parsed.images and hasattr(engine, "prepare_images"):
+            if parsed.images:
                 engine.prepare_images(parsed)  # the processor runs here, not on the model's worker thread
             return parsed
 

@@ -78,8 +78,8 @@ class EvaluationIndex:
         for key in state_keys(state):
             self.texts.setdefault(key, suite)
 
-    def overlap(self, record_id: str, state: Any, images=()) -> str | None:
-        """The rule a training row breaks by overlapping an evaluation row, or None.
+    def overlap(self, record_id: str, state: Any, images=()) -> tuple[str, str] | None:
+        """``(field, rule)`` a training row breaks by overlapping an evaluation row, or None.
 
         Args:
             images: the row's :class:`~noulengine.records.schema.Image` objects.
@@ -88,19 +88,20 @@ class EvaluationIndex:
             RecordError: an image cannot be decoded (naming the record and ``images[i]``).
         """
         if record_id in self.ids:
-            return f"id {record_id!r} is a row of evaluation suite {self.ids[record_id]!r}"
+            return "id", f"id {record_id!r} is a row of evaluation suite {self.ids[record_id]!r}"
         from noulengine.vision.inputs import pixel_digest
 
         for i, image in enumerate(images if self.images else ()):  # decode only when there is something to match
             digest = pixel_digest(image, record_id=record_id, field=f"images[{i}]")
             if digest in self.images:
-                return (f"images[{i}] has the pixels of an image of evaluation suite {self.images[digest]!r} "
-                        f"(pixel sha256 {digest[:16]}...); test rows never feed training")
+                return f"images[{i}]", (f"images[{i}] has the pixels of an image of evaluation suite "
+                                        f"{self.images[digest]!r} (pixel sha256 {digest[:16]}...); test rows never "
+                                        "feed training")
         for key in sorted(state_keys(state)):
             if key in self.texts:
                 shown = key if len(key) <= 60 else key[:57] + "..."
-                return (f"state text {shown!r} occurs in evaluation suite {self.texts[key]!r} "
-                        "(whitespace-collapsed, lower-cased); test rows never feed training")
+                return "state", (f"state text {shown!r} occurs in evaluation suite {self.texts[key]!r} "
+                                 "(whitespace-collapsed, lower-cased); test rows never feed training")
         return None
 
     def summary(self) -> dict:

@@ -103,13 +103,12 @@ def load_training_rows(path: str | Path, *, index=None, soft_targets: bool = Fal
             continue
         if index is not None:
             try:
-                rule = index.overlap(rec.id, rec.request.state, rec.request.images)
+                hit = index.overlap(rec.id, rec.request.state, rec.request.images)
             except RecordError as exc:  # an image that passed its header check but does not decode
                 bad(exc.field or "images", exc.rule)
                 continue
-            if rule is not None:
-                bad("id" if rule.startswith("id ") else (rule.split(" ", 1)[0] if rule.startswith("images[") else "state"),
-                    rule)
+            if hit is not None:
+                bad(*hit)
                 continue
         rows.append(TrainRow(rec, line, tuple(gold), tuple(soft)))
     if errors:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from noulengine.vision.adapters import is_vision_language
+
 METHODS = ("lora", "full", "top-k")
 DEFAULT_LR = {"lora": 2e-4, "full": 1e-5, "top-k": 1e-4}
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -32,11 +34,6 @@ def decoder_layers(model) -> torch.nn.ModuleList:
     if layers is None:
         raise ValueError(f"{type(model).__name__}: cannot find the decoder layers (expected .layers)")
     return layers
-
-
-def is_vision_language(model) -> bool:
-    """True for a vision-language model (its config has a ``vision_config``)."""
-    return hasattr(getattr(model, "config", None), "vision_config")
 
 
 def vision_parameters(model) -> list[tuple[str, torch.nn.Parameter]]:

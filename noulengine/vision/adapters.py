@@ -103,14 +103,13 @@ class VisionAdapter:
                 self._cache.move_to_end(key)
                 return hit
         inputs = self._encode(images, record_id=record_id)
-        size = sum(t.numel() * t.element_size() for t in inputs.tensors.values())
+        size = inputs.nbytes
         with self._lock:
             if key not in self._cache and size <= self.cache_bytes:
                 self._cache[key] = inputs
                 self._cached_bytes += size
                 while self._cached_bytes > self.cache_bytes:
-                    _, old = self._cache.popitem(last=False)
-                    self._cached_bytes -= sum(t.numel() * t.element_size() for t in old.tensors.values())
+                    self._cached_bytes -= self._cache.popitem(last=False)[1].nbytes
         return inputs
 
     def _encode(self, images: Sequence, *, record_id=None) -> VisionInputs:
@@ -235,6 +234,11 @@ class Gemma3Adapter(VisionAdapter):
 ADAPTERS: tuple[type[VisionAdapter], ...] = (Qwen2VLAdapter, Idefics3Adapter, Gemma3Adapter)
 
 
+def is_vision_language(model_or_config) -> bool:
+    """True for a vision-language model or its config (the config has a ``vision_config``)."""
+    return hasattr(getattr(model_or_config, "config", model_or_config), "vision_config")
+
+
 def _with_own_tokenizer(processor):
     """A shallow copy of ``processor`` holding its own copy of the tokenizer.
 
@@ -280,7 +284,7 @@ def image_blocks(input_ids: torch.Tensor, image_token_id: int) -> torch.Tensor:
     ``gemma3.modeling_gemma3.get_block_sequence_ids_for_mask``): each image's tokens form one
     block that attends both ways; different images and text stay causal.
     """
-    is_image = input_ids == image_token_id
-    starts = is_image & ~torch.nn.functional.pad(is_image, (1, 0), value=False)[:, :-1]
-    group = torch.where(is_image, torch.cumsum(starts.to(torch.int64), 1) - 1, torch.full_like(input_ids, -1))
+    from transformers.models.gemma3.modeling_gemma3 import get_block_sequence_ids_for_mask
+
+    group = get_block_sequence_ids_for_mask((input_ids == image_token_id).to(torch.int64))
     return (group[:, :, None] == group[:, None, :]) & (group[:, :, None] >= 0)

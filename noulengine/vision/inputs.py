@@ -28,6 +28,11 @@ class VisionInputs:
     num_images: int = 0
     image_tokens: int = 0
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the pixel tensors."""
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
 
 def to_pil(image, *, record_id=None, field: str = "images[0]"):
     """A :class:`noulengine.records.schema.Image` (already checked) as an RGB ``PIL.Image``, the
