@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
@@ -44,9 +45,15 @@ def test_auto_readout_modes_and_symbol_mapping(tiny_tokenizer):
     c = Compiler(tiny_tokenizer)
     plans = {p.field: p for p in c.compile(record().request).questions}
     assert plans["flag"].mode == "label-token" and plans["flag"].labels == ("no", "yes")
-    assert plans["risk"].mode == "symbols"
+    # a score whose levels have texts (none/low/high) is read by their first tokens, keyed by level
+    assert plans["risk"].mode == "label-token" and plans["risk"].labels == ("0", "1", "2")
+    assert [tiny_tokenizer.decode([t]) for t in plans["risk"].term_tok] == ["n", "N", "l", "L", "h", "H"]
+    req = record().request
+    bare = dataclasses.replace(req.questions[1], descriptions=(None, None, None))  # levels without texts: digits
+    plan = c.compile(dataclasses.replace(req, questions=(bare,))).questions[0]
+    assert plan.mode == "symbols"
     digits = [tiny_tokenizer.convert_tokens_to_ids(d) for d in "012"]
-    assert plans["risk"].term_tok == digits
+    assert plan.term_tok == digits
     sym = Compiler(tiny_tokenizer, CompilerConfig(readout="symbols"))
     topic = sym.compile(record().request).questions[0]
     assert [tiny_tokenizer.decode([t]) for t in topic.term_tok] == ["A", "B", "C", "D"]

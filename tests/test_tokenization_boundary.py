@@ -73,7 +73,7 @@ def _check_whole_prompt_ids(hf, readout: str, debias: str) -> int:
                 leaves = [s for s, p in enumerate(compiled.parents) if p == branch]
                 alts = [a for a, vc in enumerate(plan.alt_vc) if vc // k == view]
                 assert len(leaves) == len(alts)
-                variants = [v for cand in compiler.question_variants(q) for v in cand]
+                variants = [v for cand in compiler.question_variants(q, plan.mode) for v in cand]
                 for leaf, alt, label in zip(leaves, alts, variants):
                     read_last = [t for t, a in zip(plan.term_tok, plan.term_alt) if a == alt][-1]
                     got = ids + by_seg.get(leaf, []) + [read_last]

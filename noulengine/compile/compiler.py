@@ -4,13 +4,20 @@ Readout modes, per question:
 
 1. ``symbols``: choice labels map in criteria order to A, B, ...; score levels to 0, 1, ...;
    noul to no/yes. One token read at the answer position.
-2. ``label-token``: the first token of each candidate's own label text (labels whose first
-   tokens collide cannot use it). Noul reads "no"/"No" and "yes"/"Yes" as alternatives.
-3. ``label-sequence``: the full log-likelihood of each label's text plus the end-of-answer token,
-   each candidate a branch of the same pass (tree attention): any number of options works.
+2. ``label-token``: the first token of each candidate's own text (and of its capitalised
+   spelling); texts whose first tokens collide cannot use it. Noul reads "no"/"No" and
+   "yes"/"Yes" as alternatives.
+3. ``label-sequence``: the full log-likelihood of each candidate's text plus the end-of-answer
+   token, each candidate a branch of the same pass (tree attention): any number of options works.
 
-``auto`` picks, per question: noul -> label-token (yes/no words), score -> symbols (digits),
-choice -> label-token when valid, else label-sequence.
+A candidate's text (:func:`~noulengine.compile.render.candidate_texts`) is a choice option's label;
+for a score question whose levels all have distinct non-blank descriptions, the level's own
+description ("can wait", "this week", "today"), else its digit. Decisions stay keyed by the labels
+(score: ``"0".."n-1"``).
+
+``auto`` picks, per question: noul -> label-token (yes/no words); score without level texts ->
+symbols (digits); choice, and score with level texts -> label-token when the first tokens are
+distinct, else label-sequence.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from dataclasses import dataclass
 
 from noulengine.compile.layout import (READOUT_MODES, CompiledRequest, QuestionPlan, SequenceBuilder,
                                        common_prefix_length)
-from noulengine.compile.render import PROMPT_VERSION, render_question, render_state
+from noulengine.compile.render import (PROMPT_VERSION, candidate_texts, reads_level_texts, render_question,
+                                       render_state)
 from noulengine.compile.symbols import DIGITS, NOUL_CASED, NOUL_WORDS, SYMBOLS, single_token_in_context
 from noulengine.compile.template import PromptFrame, TextTokenizer, build_frame
 from noulengine.records.errors import OverlengthError, RecordError, TokenizerError, UnsupportedModalityError
@@ -126,23 +134,31 @@ class Compiler:
     # -- mode choice ------------------------------------------------------------------------
     @staticmethod
     def label_variants(label: str) -> tuple[str, ...]:
-        """Spellings credited to a label: as given, and with its first letter upper-cased.
+        """Spellings credited to a candidate text: as given, and with its first letter upper-cased.
 
-        Small chat models answer "Sports" for a label written "sports"; both spellings count
-        as the same candidate (their probabilities are added).
+        Small chat models answer "Sports" for a label written "sports" (or "Today" for a level
+        "today"); both spellings count as the same candidate (their probabilities are added).
         """
         return tuple(dict.fromkeys((label, label[:1].upper() + label[1:])))
 
-    def question_variants(self, q: Question) -> list[tuple[str, ...]]:
-        """Per candidate, its spellings minus any spelling that is also another candidate's."""
-        per = [self.label_variants(label) for label in q.labels]
+    @classmethod
+    def text_variants(cls, texts) -> list[tuple[str, ...]]:
+        """Per candidate text, its spellings (:meth:`label_variants`) minus any spelling that is
+        also another candidate's."""
+        per = [cls.label_variants(text) for text in texts]
         counts: dict[str, int] = {}
         for variants in per:
             for v in variants:
                 counts[v] = counts.get(v, 0) + 1
-        originals = set(q.labels)
-        return [tuple(v for v in variants if v == label or (counts[v] == 1 and v not in originals))
-                for label, variants in zip(q.labels, per)]
+        originals = set(texts)
+        return [tuple(v for v in variants if v == text or (counts[v] == 1 and v not in originals))
+                for text, variants in zip(texts, per)]
+
+    def question_variants(self, q: Question, mode: str) -> list[tuple[str, ...]]:
+        """Per candidate, the spellings read under a label readout ``mode``: those of its text
+        (:func:`~noulengine.compile.render.candidate_texts`: a choice label, a score level's
+        description or digit), minus any spelling that is also another candidate's."""
+        return self.text_variants(candidate_texts(q, mode))
 
     def _first_token_in_context(self, text: str) -> int | None:
         ids = self.tok.encode_user(text)
@@ -154,10 +170,11 @@ class Compiler:
         return ids[0]
 
     def _first_tokens(self, q: Question) -> list[tuple[int, ...]] | None:
-        """Per candidate, the distinct first tokens of its spellings; None if any two candidates
-        share a first token or a label has no clean first token at the answer position."""
+        """Per candidate, the distinct first tokens of its label-token spellings (of its
+        :func:`~noulengine.compile.render.candidate_texts`); None if any two candidates share a
+        first token or a text has no clean first token at the answer position."""
         out, seen = [], set()
-        for variants in self.question_variants(q):
+        for variants in self.question_variants(q, "label-token"):
             toks = []
             for variant in variants:
                 tid = self._first_token_in_context(variant)
@@ -182,8 +199,8 @@ class Compiler:
         if want == "auto":
             if q.type == "noul":
                 return "label-token"
-            if q.type == "score":
-                return "symbols"
+            if q.type == "score" and not reads_level_texts(q, "label-token"):
+                return "symbols"  # digits: levels without their own texts
             return "label-token" if self._first_tokens(q) is not None else "label-sequence"
         if want == "symbols":
             limit = len(DIGITS) if q.type == "score" else len(SYMBOLS)
@@ -192,9 +209,11 @@ class Compiler:
             if q.num_candidates > limit:
                 raise RecordError(f"readout 'symbols' has {limit} symbols for a {q.type} question; this one has "
                                   f"{q.num_candidates} candidates (use label-sequence)", record_id=rid, field=path)
-        if want == "label-token" and q.type == "choice" and self._first_tokens(q) is None:
-            raise RecordError("readout 'label-token' needs labels whose first tokens are distinct single tokens at the "
-                              "answer position; these collide (use label-sequence or auto)", record_id=rid, field=path)
+        if want == "label-token" and q.type != "noul" and self._first_tokens(q) is None:
+            what = "level texts" if reads_level_texts(q, want) else "labels"
+            raise RecordError(f"readout 'label-token' needs {what} whose first tokens are distinct single tokens at "
+                              "the answer position; these collide (use label-sequence or auto)", record_id=rid,
+                              field=path)
         return want
 
     @functools.cached_property
@@ -355,7 +374,7 @@ class Compiler:
                         for tid in firsts[cand]:
                             plan.add_alternative(view, cand, [(read_at, tid)])
             else:  # label-sequence: label tokens + end token, each candidate a child branch
-                for cand, variants in enumerate(self.question_variants(q)):
+                for cand, variants in enumerate(self.question_variants(q, mode)):
                     for variant in variants:
                         seq = self._label_sequence(variant)
                         start = b.num_tokens
@@ -365,10 +384,10 @@ class Compiler:
         return plan
 
     def _label_sequence(self, label: str) -> tuple[int, ...]:
-        """The candidate's label text followed by the end-of-answer token (so a label that is a
-        prefix of another is not credited with the other's probability), tokenized together
-        with the answer cue it follows (the text after TAIL's last special token), as a whole
-        ``prompt + answer`` text would be.
+        """The candidate's text (a label, or a score level's text) followed by the end-of-answer
+        token (so a text that is a prefix of another is not credited with the other's
+        probability), tokenized together with the answer cue it follows (the text after TAIL's
+        last special token), as a whole ``prompt + answer`` text would be.
 
         Raises:
             TokenizerError: the label's first token merges with the answer cue, so no tokenization
