@@ -24,6 +24,7 @@ suite: every name, number and sentence comes from the pools below.
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 from typing import Callable
 
 LEVELS = (0, 1, 2, 3, 4)
@@ -193,7 +194,8 @@ def _belief(rng, level):
     where = rng.choice(places)
     present = set(people)
     belief = {p: where for p in people}
-    events = [f"{people[0]} puts the {obj} in the {where}."]
+    # who is in the room at the start is stated: a person never named again still saw the first placement
+    events = [f"{', '.join(people[:-1])} and {people[-1]} are in the room.", f"{people[0]} puts the {obj} in the {where}."]
     for _ in range(1 + level + rng.randint(0, 1)):
         p = rng.choice(people)
         if p in present and len(present) > 1 and rng.random() < 0.4:
@@ -313,7 +315,7 @@ def _adjudication(rng, level):
     keys = list(opts)
     rng.shuffle(keys)
     agree = max(sum(v["label"] == lab for v in reviewers) for lab in labels) / n
-    lv = 0 if agree < 0.5 else (1 if agree < 0.75 else (2 if agree < 1 else 3))
+    lv = 0 if agree <= 0.5 else (1 if agree < 0.75 else (2 if agree < 1 else 3))  # half is no majority
     qs = [
         lambda: _noul("All reviewers gave the same label.", agree == 1.0, rng),
         lambda: _score("How strongly do the reviewers agree?",
@@ -368,7 +370,7 @@ _POLICIES = (
      lambda c, d: c["days_since_purchase"] <= d and not c["opened"]),
     ("exchange", "Exchanges are allowed within {d} days, opened or not, with a receipt.",
      lambda c, d: c["days_since_purchase"] <= d and c["receipt"]),
-    ("repair", "Free repair applies to items under {d} days old that are damaged.",
+    ("repair", "Free repair applies to damaged items within {d} days of purchase.",
      lambda c, d: c["days_since_purchase"] <= d and c["damaged"]),
 )
 
@@ -404,8 +406,11 @@ def _uncertain_policy(rng, level):
     # expected losses: allow risks loss_allow when fraud; block loses loss_block when legitimate;
     # review costs review_cost always
     costs = {"allow": p * loss_allow, "block": (1 - p) * loss_block, "review": review_cost}
-    best = min(costs.values())
-    winners = [a for a, c in costs.items() if c == best]
+    # exact costs: in floats 0.3 * 10 > 3 and (1 - 0.8) * 5 < 1, which broke exact ties
+    exact = {"allow": Fraction(str(p)) * loss_allow, "block": (1 - Fraction(str(p))) * loss_block,
+             "review": Fraction(review_cost)}
+    winners = [a for a, c in exact.items() if c == min(exact.values())]
+    float_tie = sum(c == min(costs.values()) for c in costs.values()) > 1
     state = {"transaction": {"fraud_probability": p},
              "costs": {"allowing_a_fraud": loss_allow, "blocking_a_legitimate_payment": loss_block,
                        "manual_review": review_cost},
@@ -418,9 +423,10 @@ def _uncertain_policy(rng, level):
     rng.shuffle(keys)
     thr = rng.choice((0.25, 0.5, 0.75))
     qs = [lambda: _noul(f"The fraud probability exceeds {int(100 * thr)} percent.", p > thr, rng)]
-    if len(winners) == 1:
+    if not float_tie:  # (the float rule decides whether a question slot exists: other records' draws are kept)
         gold = style(words[("allow", "block", "review").index(winners[0])])
-        qs.append(lambda: _choice("Which action has the lowest expected cost?", {k: opts[k] for k in keys}, gold))
+        qs.append(lambda: None if len(winners) > 1 else _choice("Which action has the lowest expected cost?",
+                                                                {k: opts[k] for k in keys}, gold))
     return state, qs
 
 
