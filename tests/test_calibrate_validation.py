@@ -31,6 +31,13 @@ def test_good_file_splits_by_role(tmp_path):
     assert v.calibration[0][0] == "v"
 
 
+def test_a_file_starting_with_a_bom_keeps_its_first_row(tmp_path):
+    """Issue #25 item 2: calibrate no longer refuses a UTF-8 file that starts with a BOM."""
+    p = tmp_path / "v.jsonl"
+    p.write_bytes(b"\xef\xbb\xbf" + _write(tmp_path / "plain.jsonl", [_row("c1", "one"), _row("c2", "two")]).read_bytes())
+    assert [r.id for _, r in load_validation([p]).calibration] == ["c1", "c2"]
+
+
 @pytest.mark.parametrize("rows,match", [
     ([_row("s1", "x", role="selection")], "no row has validation_role 'calibration'"),
     ([_row("c1", "x"), _row("c1", "y", role="selection")], "duplicate id"),

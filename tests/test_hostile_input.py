@@ -223,3 +223,38 @@ def test_engine_flag_help_has_no_docstring_markup_and_shows_defaults():
     text = " ".join(p.format_help().split())
     assert "``" not in text and "None" not in text
     assert "(default 8192)" in text and "(default auto)" in text and "(default none)" in text
+
+
+def test_cli_bom_file_loads_its_first_record_and_says_so_once(tiny_llama, tiny_tokenizer, monkeypatch, tmp_path,
+                                                               caplog):
+    """Issue #25 item 2: a UTF-8 BOM starts the file; the first record is answered, not an error row."""
+    import json
+
+    src = tmp_path / "in.jsonl"
+    rows_in = [{"id": "a", "state": "s", "questions": CHOICE}, {"id": "b", "state": "t", "questions": CHOICE}]
+    src.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in rows_in).encode())
+    out = tmp_path / "out.jsonl"
+    with caplog.at_level("WARNING", logger="noulengine.records"):
+        rc, _ = _cli(monkeypatch, tiny_llama, tiny_tokenizer, ["--input", str(src), "--output", str(out)])
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert rc == 0 and [(r["line"], r["id"], r["error"]) for r in rows] == [(1, "a", None), (2, "b", None)]
+    notes = [r.getMessage() for r in caplog.records if "byte-order mark" in r.getMessage()]
+    assert len(notes) == 1 and str(src) in notes[0]
+
+
+def test_cli_nan_line_is_an_error_row_naming_its_id_and_field(tiny_llama, tiny_tokenizer, monkeypatch, tmp_path):
+    """Issue #25 item 1: the id and field of a NaN line are named; the line is still refused."""
+    import json
+
+    src = tmp_path / "in.jsonl"
+    good = json.dumps({"id": "r1", "state": "s", "questions": CHOICE})
+    bad = '{"id": "r4", "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}, ' \
+          '"targets": {"q": {"probabilities": {"no": NaN, "yes": 0.5}}}}'
+    src.write_text(good + "\n" + bad + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    rc, _ = _cli(monkeypatch, tiny_llama, tiny_tokenizer, ["--input", str(src), "--output", str(out)])
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert rc == 1 and not rows[0]["error"] and rows[1]["id"] == "r4"
+    err = rows[1]["error"]
+    assert err["record_id"] == "r4" and err["field"] == "targets.q.probabilities.no" and err["line"] == 2
+    assert "NaN is not valid JSON" in err["rule"] and "record 'r4'" in err["message"]

@@ -88,6 +88,35 @@ def test_loader_reports_every_bad_line_and_keeps_good_ones(tmp_path):
     assert all(str(path) in str(e) for e in result.errors)
 
 
+def test_a_line_refused_for_nan_or_a_repeated_key_names_its_id_and_field(tmp_path):
+    """Issue #25 item 1: the id is readable from the text, so the error names it (and the field)."""
+    lines = ['{"id": "r4", "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}, '
+             '"targets": {"q": {"probabilities": {"no": NaN, "yes": 0.5}}}}',
+             '{"id": "r5", "state": [1, Infinity], "questions": {}}',
+             '{"id": "r6", "state": "s", "questions": {"q": {"type": "noul", "instructions": "x", "instructions": "y"}}}',
+             '{"id": "r7", "state": NaN',  # not JSON even leniently: no id to name
+             json.dumps(rec(id="r8"))]
+    path = tmp_path / "nan.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = load_records(path)
+    assert [r.id for r in result.records] == ["r8"]  # still refused
+    got = [(e.line, e.record_id, e.field) for e in result.errors]
+    assert got == [(1, "r4", "targets.q.probabilities.no"), (2, "r5", "state[1]"),
+                   (3, "r6", "questions.q.instructions"), (4, None, None)]
+    assert "record 'r4', field 'targets.q.probabilities.no': invalid JSON: NaN is not valid JSON" in str(result.errors[0])
+
+
+def test_a_bom_at_the_start_of_the_file_is_dropped_once(tmp_path, caplog):
+    """Issue #25 item 2: a UTF-8 BOM is not an error; the first record loads, and it is said once."""
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + (json.dumps(rec()) + "\n" + json.dumps(rec(id="r2")) + "\n").encode())
+    with caplog.at_level("WARNING", logger="noulengine.records"):
+        result = load_records(path)
+    assert [r.id for r in result.records] == ["r1", "r2"] and not result.errors
+    notes = [r.getMessage() for r in caplog.records]
+    assert len(notes) == 1 and "byte-order mark" in notes[0] and str(path) in notes[0]
+
+
 def _png(w=4, h=3, frames=1):
     from PIL import Image
 

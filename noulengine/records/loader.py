@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 from noulengine.records.errors import RecordError
 from noulengine.records.schema import Record, parse_record
+
+log = logging.getLogger("noulengine.records")
+BOM = "\ufeff"
 
 
 def _reject_constant(name: str):
@@ -26,20 +31,66 @@ def _no_duplicate_keys(pairs):
     return obj
 
 
+class _Pairs(list):
+    """A JSON object as its ``(key, value)`` pairs, repeated keys kept (to locate a problem)."""
+
+
+def _first_problem(node, path: str) -> str | None:
+    """The dotted path of the first NaN/Infinity or repeated key under ``node`` (document order)."""
+    if isinstance(node, float) and not math.isfinite(node):
+        return path
+    if isinstance(node, _Pairs):
+        seen = set()
+        for key, value in node:
+            here = f"{path}.{key}" if path else str(key)
+            if key in seen:
+                return here
+            seen.add(key)
+            found = _first_problem(value, here)
+            if found is not None:
+                return found
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found = _first_problem(value, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _locate(text: str) -> tuple[object, str | None]:
+    """``(record id, field)`` of a line the strict parser refused, read by a lenient parse (NaN,
+    Infinity and repeated keys allowed); ``(None, None)`` parts where the line does not tell."""
+    try:
+        obj = json.loads(text, object_pairs_hook=_Pairs)
+    except (ValueError, RecursionError):
+        return None, None
+    rid = None
+    if isinstance(obj, _Pairs):
+        ids = [v for k, v in obj if k == "id"]
+        if ids and isinstance(ids[0], (str, int)) and not isinstance(ids[0], bool):
+            rid = ids[0]
+    return rid, (_first_problem(obj, "") or None)
+
+
 def parse_json_line(text: str, *, file=None, line=None):
-    """Parse one JSONL line strictly (no NaN/Infinity, no BOM, no blank line).
+    """Parse one JSONL line strictly (no NaN/Infinity, no repeated key, no BOM, no blank line).
+
+    A line refused only for a NaN/Infinity or a repeated key still names its record ``id`` and
+    the offending field (read by a lenient parse), and is still refused.
 
     Raises:
-        RecordError: naming the file and line.
+        RecordError: naming the file and line (and the record id and field where readable).
     """
-    if text.startswith("\ufeff"):
-        raise RecordError("byte-order mark (BOM) found; save the file as UTF-8 without BOM", file=file, line=line)
+    if text.startswith(BOM):  # iter_jsonl_lines strips the one at the start of a file
+        raise RecordError("byte-order mark (U+FEFF) at the start of a line; only a file's first line may start "
+                          "with one", file=file, line=line)
     if not text.strip():
         raise RecordError("blank line; JSONL needs one JSON object per line", file=file, line=line)
     try:
         return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
     except ValueError as exc:
-        raise RecordError(f"invalid JSON: {exc}", file=file, line=line) from None
+        rid, fld = _locate(text)
+        raise RecordError(f"invalid JSON: {exc}", record_id=rid, field=fld, file=file, line=line) from None
     except RecursionError:
         raise RecordError("invalid JSON: nested too deeply", file=file, line=line) from None
 
@@ -47,7 +98,12 @@ def parse_json_line(text: str, *, file=None, line=None):
 def iter_jsonl_lines(path: str | Path) -> Iterator[tuple[int, str | RecordError]]:
     """Yield ``(line_number, text)`` for each line of a file (1-based; trailing newline ok); a
     line that is not UTF-8 yields ``(line_number, RecordError)`` instead, so the lines after it
-    are still read."""
+    are still read.
+
+    A UTF-8 byte-order mark at the start of the file is not an error: it is dropped (and logged
+    once, on the ``noulengine.records`` logger) so the first record loads. A U+FEFF starting a
+    later line is left in place for :func:`parse_json_line` to refuse.
+    """
     path = Path(path)
     with path.open("rb") as fh:
         for n, raw in enumerate(fh, start=1):
@@ -56,6 +112,9 @@ def iter_jsonl_lines(path: str | Path) -> Iterator[tuple[int, str | RecordError]
             except UnicodeDecodeError as exc:
                 yield n, RecordError(f"not UTF-8: {exc}", file=path, line=n)
                 continue
+            if n == 1 and text.startswith(BOM):
+                text = text[1:]
+                log.warning("%s: ignored the UTF-8 byte-order mark (BOM) at the start of the file", path)
             yield n, text.rstrip("\n").rstrip("\r")
 
 
