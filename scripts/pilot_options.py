@@ -53,7 +53,7 @@ def row(name: str, report: dict, seconds: float | None) -> str:
     o, oo = report["overall"], report["option_order"]
     wall = "" if seconds is None else f"{seconds:.0f}"
     return (f"| {name} | {o['valid']}/{o['n']} | {o['tvd']:.4f} | {o['excess_brier']:.4f} | {o['expected_brier']:.4f} | "
-            f"{o['impossible_mass']:.4f} | {o['expected_ece_10bin']:.4f} | {oo['mean_tvd']:.4f} | "
+            f"{o['impossible_mass']:.4f} | {o['expected_ece']:.4f} | {oo['mean_tvd']:.4f} | "
             f"{oo['argmax_disagreement']:.4f} | {wall} |")
 
 
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(row(name, json.loads(result.read_text()), seconds))
         print(f"{name}: exit {rc}, {seconds:.0f} s", file=sys.stderr)
     lines.append(row("uniform answers (no model)", uniform_reference(), None))
-    print("| option | valid | TVD | excess Brier | expected Brier | impossible mass | ECE(10) | order TVD "
+    print("| option | valid | TVD | excess Brier | expected Brier | impossible mass | ECE(15) | order TVD "
           "| order argmax disagreement | wall s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(lines))

@@ -76,3 +76,12 @@ def test_ece_matches_numpy_loop_hypothesis(rows):
     conf = [c for c, _ in rows]
     correct = [k for _, k in rows]
     assert expected_calibration_error(conf, correct).item() == pytest.approx(numpy_loop_ece(conf, correct), abs=1e-12)
+
+
+def test_expected_correctness_is_accepted_only_when_asked():
+    """The pilot's expected correctness (issue #25 item 6): values in [0, 1], same bins and formula."""
+    assert expected_calibration_error([0.6, 0.65], [0.5, 0.4], expected=True).item() == pytest.approx(0.175)
+    with pytest.raises(ValueError, match="0/1"):
+        expected_calibration_error([0.6], [0.5])
+    with pytest.raises(ValueError, match=r"expected correctness must be finite and within \[0, 1\]"):
+        expected_calibration_error([0.6], [1.5], expected=True)

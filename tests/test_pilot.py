@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from noulengine.eval.pilot import bin_of, expected_ece, score_pilot
+from noulengine.eval.pilot import expected_ece, score_pilot
+from noulengine.metrics.calibration import expected_calibration_error
 from noulengine.records.schema import parse_record
 
 
@@ -31,7 +32,7 @@ def _fixture():
     decisions = [
         _ans(["a", "b", "c"], [0.6, 0.3, 0.1]),
         _ans(["c", "b", "a"], [0.0, 0.5, 0.5]),  # tie b/a -> lexicographic "a"
-        _ans(["x", "y"], [0.75, 0.25], confidence=0.95),  # supplied confidence wins over max p
+        _ans(["x", "y"], [0.75, 0.25], confidence=0.95),  # as in the scorer, max p is the confidence
         None,  # missing: excluded, lowers coverage
     ]
     return rows, decisions
@@ -50,8 +51,8 @@ def test_overall_metrics_match_hand_computation():
     assert o["expected_brier"] == pytest.approx((0.56 + 0.5 + 0.875) / 3)
     # impossible mass averaged only over A (0.1) and B (0.0)
     assert o["impossible_cases"] == 2 and o["impossible_mass"] == pytest.approx(0.05)
-    # ECE: A conf .6 vs q(a)=.5 (bin 6), B conf .5 vs q(a)=.5 (bin 5), C conf .95 vs q(x)=.25 (bin 9)
-    assert o["expected_ece_10bin"] == pytest.approx((0.1 + 0.0 + 0.7) / 3)
+    # ECE (15 bins): A conf .6 vs q(a)=.5 (bin 8), B conf .5 vs q(a)=.5 (bin 7), C conf .75 vs q(x)=.25 (bin 11)
+    assert o["expected_ece"] == pytest.approx((0.1 + 0.0 + 0.5) / 3) and o["ece_n_bins"] == 15
     assert "accuracy" not in o
     cases = {c["id"]: c for c in out["cases"]}
     assert cases["B"]["argmax"] == "a" and cases["D"]["error"] == "missing"
@@ -60,12 +61,22 @@ def test_overall_metrics_match_hand_computation():
     assert out["by_category"]["direct"]["expected_brier"] == pytest.approx((0.56 + 0.5) / 2)
 
 
-def test_ece_is_pooled_within_bins_and_bins_are_left_closed():
-    assert [bin_of(c) for c in (0.0, 0.0999, 0.1, 0.5, 0.9, 1.0)] == [0, 0, 1, 5, 9, 9]
-    # two cases in bin 6: |(0.62 + 0.68) - (0.5 + 0.4)| / 2 = 0.2 (not the mean of per-case gaps, 0.2 too here)
-    assert expected_ece([0.62, 0.68], [0.5, 0.4])["ece"] == pytest.approx(0.2)
-    # opposite signs cancel within a bin: |(0.62+0.68) - (0.72+0.58)| = 0
-    assert expected_ece([0.62, 0.68], [0.72, 0.58])["ece"] == pytest.approx(0.0)
+def test_ece_is_pooled_within_bins():
+    # two cases in bin 9 (0.6, 2/3]: |(0.62 + 0.65) - (0.5 + 0.4)| / 2 = 0.185
+    assert expected_ece([0.62, 0.65], [0.5, 0.4])["ece"] == pytest.approx(0.185)
+    # opposite signs cancel within a bin: |(0.62+0.65) - (0.72+0.55)| = 0
+    assert expected_ece([0.62, 0.65], [0.72, 0.55])["ece"] == pytest.approx(0.0, abs=1e-15)
+
+
+def test_pilot_ece_is_the_scorers_ece():
+    """Issue #25 item 6: one ECE; the pilot bins as the scorer does (15 right-closed bins)."""
+    conf = [0.0, 0.1, 0.2, 1 / 15, 0.4, 0.6, 0.8, 1.0]
+    correct = [0, 1, 1, 0, 1, 0, 1, 1]
+    scorer_ece = expected_calibration_error(conf, correct).item()
+    assert expected_ece(conf, correct)["ece"] == pytest.approx(scorer_ece, abs=1e-15)
+    table = expected_ece([0.2], [1.0])["bins"]
+    assert len(table) == 15 and table[2]["n"] == 1 and table[2]["bin"] == "(0.133,0.200]"  # 0.2 = 3/15: right-closed
+    assert table[0]["bin"] == "[0.000,0.067]" and expected_ece([], [])["ece"] is None
 
 
 def test_exact_prediction_scores_zero_excess_but_irreducible_brier():
@@ -114,7 +125,7 @@ def test_engine_decisions_on_pilot_rows(tiny_llama, tiny_tokenizer):
     decisions = engine.decide_batch([r.request for _, r in rows])
     out = score_pilot(rows, decisions)
     o = out["overall"]
-    assert o["valid"] == 8 and 0 <= o["tvd"] <= 1 and 0 <= o["expected_ece_10bin"] <= 1
+    assert o["valid"] == 8 and 0 <= o["tvd"] <= 1 and 0 <= o["expected_ece"] <= 1
     assert out["option_order"]["pairs"] == 4
     gold = {r.id: r.targets["decision"].probabilities for _, r in rows}
     for c in out["cases"]:

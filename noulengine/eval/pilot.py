@@ -8,10 +8,13 @@ distribution over the listed outcomes and ``q`` the exact reference distribution
 * excess expected Brier = ``sum_k (p_k - q_k)^2`` (0 is optimal);
 * expected multiclass Brier = ``sum_k (p_k - q_k)^2 + 1 - sum_k q_k^2`` (includes irreducible randomness);
 * impossible-outcome mass = ``sum_{k: q_k = 0} p_k``, averaged only over cases that have an impossible option;
-* expected ECE, 10 equal-width bins ``[0,.1), ..., [.9,1]`` pooled over all cases: confidence is the
-  answer's own finite ``confidence`` in ``[0, 1]`` when supplied, else ``max p``; the "correctness"
-  is ``q_{k*}``, the reference probability of the model's argmax ``k*`` (ties broken by the
-  lexicographically smallest label), not a sampled 0/1 outcome;
+* expected ECE, pooled over all cases, by the scorer's own ECE
+  (:func:`noulengine.metrics.calibration.expected_calibration_error`: 15 equal-width bins
+  ``[0, 1/15], (1/15, 2/15], ..., (14/15, 1]``, the evaluation protocol's; the upstream contract
+  asks for 10 left-closed bins, which this project does not use, so that there is one ECE):
+  confidence is ``max p`` (as in the scorer; an answer's own ``confidence`` is not used); the
+  "correctness" is ``q_{k*}``, the reference probability of the model's argmax ``k*`` (ties
+  broken by the lexicographically smallest label), not a sampled 0/1 outcome;
 * option-order sensitivity: mean TVD between the paired ``canonical`` and ``reversed_options``
   answers of a group, aligned by outcome label; plus the share of pairs whose argmax label differs.
 
@@ -25,15 +28,15 @@ only: fit nothing (not even temperatures) on it.
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import math
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from noulengine.metrics.calibration import N_BINS, calibration_bins, expected_calibration_error
+
 SUITE = "known-distribution-pilot"
-N_BINS = 10
 SUM_TOLERANCE = 0.02
 FIELD = "decision"
 
@@ -74,34 +77,31 @@ def argmax_label(labels: Sequence[str], p: Sequence[float]) -> int:
     return min((lab, k) for k, (lab, v) in enumerate(zip(labels, p)) if v == top)[1]
 
 
-def bin_of(confidence: float, n_bins: int = N_BINS) -> int:
-    """Bin ``i`` holds ``[i/n, (i+1)/n)``; the last bin also holds 1.0."""
-    inner = [i / n_bins for i in range(1, n_bins)]
-    return bisect.bisect_right(inner, confidence)
-
-
 def expected_ece(confidences: Sequence[float], expected_correct: Sequence[float], n_bins: int = N_BINS) -> dict:
-    """Pooled ECE ``sum_b |B|/N * |mean conf - mean q_{k*}|`` and the per-bin table."""
-    bins = [{"bin": f"[{i / n_bins:.1f},{(i + 1) / n_bins:.1f}{']' if i == n_bins - 1 else ')'}", "n": 0,
-             "conf_sum": 0.0, "correct_sum": 0.0} for i in range(n_bins)]
-    for c, q in zip(confidences, expected_correct):
-        b = bins[bin_of(c, n_bins)]
-        b["n"] += 1
-        b["conf_sum"] += c
-        b["correct_sum"] += q
-    n = len(confidences)
-    ece = sum(abs(b["conf_sum"] - b["correct_sum"]) for b in bins) / n if n else None
-    table = [{"bin": b["bin"], "n": b["n"], "mean_confidence": b["conf_sum"] / b["n"] if b["n"] else None,
-              "mean_expected_correct": b["correct_sum"] / b["n"] if b["n"] else None} for b in bins]
+    """Pooled ECE ``sum_b |B|/N * |mean conf - mean q_{k*}|`` and the per-bin table, by the
+    scorer's :func:`~noulengine.metrics.calibration.expected_calibration_error` (its bins, with
+    ``q_{k*}`` as expected correctness); ``ece`` is None when there is no case."""
+    edges = [i / n_bins for i in range(n_bins + 1)]
+    names = [f"{'[' if i == 0 else '('}{edges[i]:.3f},{edges[i + 1]:.3f}]" for i in range(n_bins)]
+    if not confidences:
+        return {"ece": None, "bins": [{"bin": b, "n": 0, "mean_confidence": None, "mean_expected_correct": None}
+                                      for b in names]}
+    conf, correct = list(confidences), list(expected_correct)
+    ece = float(expected_calibration_error(conf, correct, n_bins, expected=True).item())
+    bins = calibration_bins(conf, correct, n_bins, expected=True)
+    table = []
+    for name, k, c, q in zip(names, bins.counts.tolist(), bins.confidence_sum.tolist(), bins.correct.tolist()):
+        table.append({"bin": name, "n": int(k), "mean_confidence": c / k if k else None,
+                      "mean_expected_correct": q / k if k else None})
     return {"ece": ece, "bins": table}
 
 
-def case_scores(labels: Sequence[str], p: Sequence[float], q: Sequence[float], confidence: float | None = None) -> dict:
+def case_scores(labels: Sequence[str], p: Sequence[float], q: Sequence[float]) -> dict:
     """The per-case quantities for one valid answer (see the module docstring)."""
     sq = math.fsum((a - b) ** 2 for a, b in zip(p, q))
     k = argmax_label(labels, p)
     impossible = [a for a, b in zip(p, q) if b == 0.0]
-    conf = confidence if confidence is not None else max(p)
+    conf = max(p)
     return {"tvd": 0.5 * math.fsum(abs(a - b) for a, b in zip(p, q)), "excess_brier": sq,
             "expected_brier": sq + 1.0 - math.fsum(b * b for b in q),
             "impossible_mass": math.fsum(impossible) if impossible else None,
@@ -119,14 +119,12 @@ def _summary(cases: list[dict], total: int) -> dict:
     return {"n": total, "valid": len(valid), "coverage": len(valid) / total if total else None,
             "tvd": _mean([c["tvd"] for c in valid]), "excess_brier": _mean([c["excess_brier"] for c in valid]),
             "expected_brier": _mean([c["expected_brier"] for c in valid]),
-            "impossible_mass": _mean(imp), "impossible_cases": len(imp), "expected_ece_10bin": ece["ece"]}
+            "impossible_mass": _mean(imp), "impossible_cases": len(imp), "expected_ece": ece["ece"],
+            "ece_n_bins": N_BINS}
 
 
-def _confidence(ans: dict) -> float | None:
-    c = ans.get("confidence")
-    if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or not 0 <= c <= 1:
-        return None
-    return float(c)
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:.4f}"
 
 
 def score_pilot(rows, decisions, *, field: str = FIELD) -> dict:
@@ -142,8 +140,9 @@ def score_pilot(rows, decisions, *, field: str = FIELD) -> dict:
 
     Returns:
         A JSON-able dict: ``overall`` (n, valid, coverage, tvd, excess_brier, expected_brier,
-        impossible_mass, impossible_cases, expected_ece_10bin), ``ece_bins``, ``by_category``,
-        ``by_variant``, ``option_order`` (pairs, mean_tvd, argmax_disagreement) and ``cases``.
+        impossible_mass, impossible_cases, expected_ece, ece_n_bins = 15), ``ece_bins`` (the
+        per-bin table), ``by_category``, ``by_variant``, ``option_order`` (pairs, mean_tvd,
+        argmax_disagreement) and ``cases``.
 
     Raises:
         ValueError: ``rows`` and ``decisions`` differ in length, or a row has no reference distribution.
@@ -169,7 +168,7 @@ def score_pilot(rows, decisions, *, field: str = FIELD) -> dict:
         if p is None:
             case["error"] = err
         else:
-            case.update(valid=True, probabilities=dict(zip(labels, p)), **case_scores(labels, p, q, _confidence(ans)))
+            case.update(valid=True, probabilities=dict(zip(labels, p)), **case_scores(labels, p, q))
         cases.append(case)
     out = {"suite": SUITE, "overall": _summary(cases, len(cases))}
     valid = [c for c in cases if c["valid"]]
@@ -235,11 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pilot readout={engine.config.readout} debias={engine.config.debias} calibration={engine.config.calibration}")
     print(f"  valid {o['valid']}/{o['n']}  TVD {o['tvd']:.4f}  excess Brier {o['excess_brier']:.4f}  "
           f"expected Brier {o['expected_brier']:.4f}  impossible mass {o['impossible_mass']:.4f} "
-          f"({o['impossible_cases']} cases)  expected ECE(10) {o['expected_ece_10bin']:.4f}")
+          f"({o['impossible_cases']} cases)  expected ECE({N_BINS}) {_num(o['expected_ece'])}")
     print(f"  option order: {oo['pairs']} pairs, mean TVD {oo['mean_tvd']:.4f}, argmax disagreement "
           f"{oo['argmax_disagreement']:.4f}")
     for cat, s in report["by_category"].items():
-        print(f"  {cat:<16} TVD {s['tvd']:.4f}  expected Brier {s['expected_brier']:.4f}  ECE {s['expected_ece_10bin']:.4f}")
+        print(f"  {cat:<16} TVD {s['tvd']:.4f}  expected Brier {s['expected_brier']:.4f}  ECE {_num(s['expected_ece'])}")
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -8,6 +8,10 @@ per-bin Python loop.
 
 ``ECE = sum_i (|B_i| / N) * |acc(B_i) - conf(B_i)|`` over non-empty bins, where ``acc`` is the
 share of correct rows and ``conf`` the mean confidence in the bin.
+
+With ``expected=True`` a row's correctness may be an *expected* correctness in ``[0, 1]`` (the
+known-distribution pilot uses the reference probability of the predicted option) instead of 0/1;
+the bins and the formula are the same, so there is one ECE in the project.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ def _f64(x) -> torch.Tensor:
     return torch.as_tensor(x, dtype=torch.float64)
 
 
-def _check(confidences, correct) -> tuple[torch.Tensor, torch.Tensor]:
+def _check(confidences, correct, expected: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     c = _f64(confidences)
     if c.dtype == torch.bool:
         raise ValueError("confidences must be real numbers, got dtype torch.bool")
@@ -67,7 +71,10 @@ def _check(confidences, correct) -> tuple[torch.Tensor, torch.Tensor]:
     ok = _f64(correct).to(torch.float64)
     if ok.shape != c.shape:
         raise ValueError(f"correct must have shape {tuple(c.shape)}, got {tuple(ok.shape)}")
-    if bool(((ok != 0) & (ok != 1)).any()):
+    if expected:
+        if not bool(torch.isfinite(ok).all()) or bool(((ok < 0) | (ok > 1)).any()):
+            raise ValueError("expected correctness must be finite and within [0, 1]")
+    elif bool(((ok != 0) & (ok != 1)).any()):
         raise ValueError("correct must hold only 0/1 (or booleans)")
     return c, ok
 
@@ -86,18 +93,20 @@ def bin_index(confidences, n_bins: int = N_BINS) -> torch.Tensor:
     return torch.bucketize(c, inner, right=False)
 
 
-def calibration_bins(confidences, correct, n_bins: int = N_BINS) -> CalibrationBins:
+def calibration_bins(confidences, correct, n_bins: int = N_BINS, *, expected: bool = False) -> CalibrationBins:
     """Accumulate counts, correct rows and confidence per bin.
 
     Args:
         confidences: ``(N,)`` floats in ``[0, 1]`` (usually the maximum probability).
         correct: ``(N,)`` booleans or 0/1.
         n_bins: number of equal-width bins.
+        expected: ``correct`` holds expected correctness in ``[0, 1]`` rather than 0/1.
 
     Raises:
-        ValueError: empty input, wrong shapes, confidences outside ``[0, 1]`` or non-0/1 ``correct``.
+        ValueError: empty input, wrong shapes, confidences outside ``[0, 1]`` or non-0/1 ``correct``
+            (outside ``[0, 1]`` with ``expected``).
     """
-    c, ok = _check(confidences, correct)
+    c, ok = _check(confidences, correct, expected)
     idx = bin_index(c, n_bins)
     zeros = torch.zeros(n_bins, dtype=torch.float64)
     counts = zeros.scatter_add(0, idx, torch.ones_like(c))
@@ -106,9 +115,10 @@ def calibration_bins(confidences, correct, n_bins: int = N_BINS) -> CalibrationB
     return CalibrationBins(counts=counts, correct=right, confidence_sum=conf, edges=bin_edges(n_bins))
 
 
-def expected_calibration_error(confidences, correct, n_bins: int = N_BINS) -> torch.Tensor:
-    """ECE as a 0-d float64 tensor in ``[0, 1]``; see the module docstring for the definition."""
-    bins = calibration_bins(confidences, correct, n_bins)
+def expected_calibration_error(confidences, correct, n_bins: int = N_BINS, *, expected: bool = False) -> torch.Tensor:
+    """ECE as a 0-d float64 tensor in ``[0, 1]``; see the module docstring for the definition
+    (``expected``: ``correct`` is an expected correctness in ``[0, 1]``)."""
+    bins = calibration_bins(confidences, correct, n_bins, expected=expected)
     n = bins.counts.sum()
     gap = (bins.correct - bins.confidence_sum).abs()  # = |B| * |acc - conf| for each bin
     return gap.sum() / n
