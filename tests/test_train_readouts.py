@@ -70,13 +70,14 @@ def spellings(q, mode: str) -> list[tuple[str, ...]]:
     return Compiler.text_variants(candidate_texts(q, mode))
 
 
-def plain_candidate_logprobs(model, tokenizer, state, q, mode: str) -> torch.Tensor:
+def plain_candidate_logprobs(model, tokenizer, state, q, mode: str, *, length_norm: bool = False) -> torch.Tensor:
     """(K,) full-vocabulary candidate log-probabilities from plain ``model(input_ids)`` forwards of
     the question's whole prompt (chat template around state + question, tokenized whole), alone.
 
     symbols / label-token: the first token of each spelling after the prompt, read at its last
     token. label-sequence: the spelling's tokens and the end-of-answer token appended, one forward
-    per spelling, the sum of their log-probabilities. Spellings of one candidate are log-sum-exp'ed.
+    per spelling, the sum of their log-probabilities (``length_norm``: their mean). Spellings of one
+    candidate are log-sum-exp'ed.
     """
     content = render_state(state) + render_question(q, mode, range(q.num_candidates), SYMBOLS)
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
@@ -96,7 +97,8 @@ def plain_candidate_logprobs(model, tokenizer, state, q, mode: str) -> torch.Ten
                     continue
                 ids = ids + [end_id]
                 logp = torch.log_softmax(model(input_ids=torch.tensor([ids[:-1]])).logits[0].double(), -1)
-                alts.append(sum(logp[i - 1, ids[i]] for i in range(len(prompt_ids), len(ids))))
+                total = sum(logp[i - 1, ids[i]] for i in range(len(prompt_ids), len(ids)))
+                alts.append(total / (len(ids) - len(prompt_ids)) if length_norm else total)
             if mode != "label-sequence":
                 alts = [last[t] for t in dict.fromkeys(alts)]
             out.append(torch.logsumexp(torch.stack(alts), 0))
@@ -155,6 +157,30 @@ def test_packed_record_equals_its_questions_run_apart(tiny_llama, tiny_tokenizer
         # one padded batch with neighbours of other lengths changes nothing either
         batched = batch_losses(runner, [packed] + singles, list(range(len(singles) + 1)), loss=loss).losses
         assert torch.allclose(torch.stack(batched).detach(), torch.stack(together + apart).detach(), atol=1e-4)
+
+
+@pytest.mark.parametrize("readout", ["label-sequence", "auto"])
+def test_length_normalised_scores_are_per_token_means(tiny_llama, tiny_tokenizer, readout):
+    """``batch_candidate_logprobs(length_norm=True)`` (what scripts/length_norm.py compares):
+    each spelling's summed log-probability divided by its token count (text + end token), then
+    the spellings combined; one-token readouts are unchanged."""
+    from noulengine.engine.batching import collate
+    from noulengine.engine.readout import batch_candidate_logprobs
+
+    obj = mixed_record(readout)
+    compiled = compiler_for(tiny_tokenizer, readout).compile(request_from_json(obj))
+    runner = ModelRunner(tiny_llama)
+    with torch.no_grad():
+        hidden = runner.hidden_states(collate([compiled], [0], pad_id=tiny_tokenizer.pad_token_id))
+    summed, = batch_candidate_logprobs(hidden, runner.head, [compiled], [0])
+    means, = batch_candidate_logprobs(hidden, runner.head, [compiled], [0], length_norm=True)
+    for q, plan, s, m in zip(request_from_json(obj).questions, compiled.questions, summed, means):
+        ref = plain_candidate_logprobs(tiny_llama, tiny_tokenizer, STATE, q, plan.mode, length_norm=True)
+        assert torch.allclose(m[0], ref, atol=1e-4), q.field
+        if plan.mode == "label-sequence":
+            assert not torch.allclose(m, s, atol=1e-3)
+        else:
+            assert torch.equal(m, s)
 
 
 def served_probabilities(engine, rows):

@@ -19,13 +19,18 @@ from noulengine.kernels import term_logprobs
 
 
 def batch_candidate_logprobs(hidden: torch.Tensor, head, requests: list[CompiledRequest],
-                             indices: list[int]) -> list[list[torch.Tensor]]:
+                             indices: list[int], *, length_norm: bool = False) -> list[list[torch.Tensor]]:
     """Candidate log-probabilities for every question of every request in a batch.
 
     Args:
         hidden: (B, L, D) final hidden states, row b holding ``requests[indices[b]]``.
         head: :class:`~noulengine.engine.model_runner.HeadInfo`.
         requests, indices: the compiled requests and the batch's row order.
+        length_norm: divide each alternative's summed log-probability by its number of terms
+            (label-sequence: the text's tokens plus the end-of-answer token) before the
+            alternatives are combined: a per-token mean score, not a log-probability (measured by
+            ``scripts/length_norm.py``; serving and training use the sum). Single-term readouts
+            are unchanged.
 
     Returns:
         Per row, per question: a (V, K) float64 CPU tensor of full-vocabulary log-probabilities
@@ -53,7 +58,12 @@ def batch_candidate_logprobs(hidden: torch.Tensor, head, requests: list[Compiled
     term_logp, _ = term_logprobs(h, head.weight, inverse.to(device), torch.tensor(term_tok, device=device),
                                  bias=head.bias, softcap=head.softcap)
     alt_logp = torch.zeros(alt_base, dtype=torch.float32, device=device)
-    alt_logp.index_add_(0, torch.tensor(term_alt, device=device), term_logp)
+    term_alt_t = torch.tensor(term_alt, device=device)
+    alt_logp.index_add_(0, term_alt_t, term_logp)
+    if length_norm:
+        alt_len = torch.zeros(alt_base, dtype=torch.float32, device=device)
+        alt_len.index_add_(0, term_alt_t, torch.ones_like(term_logp))
+        alt_logp = alt_logp / alt_len
     vc_index = torch.tensor(alt_vc, device=device)
     vc_max = torch.full((vc_base,), float("-inf"), dtype=torch.float32, device=device)
     vc_max.scatter_reduce_(0, vc_index, alt_logp, reduce="amax")
