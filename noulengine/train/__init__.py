@@ -1,4 +1,5 @@
-"""Training: fine-tune a causal LM on canonical records so it answers the symbol protocol.
+"""Training: fine-tune a causal LM on canonical records so it answers through a readout
+(``symbols``, ``label-token``, ``label-sequence`` or ``auto``; docs/training.md).
 
 ``noulengine train --data train.jsonl --output DIR`` or :func:`train`. Prompts come from the
 engine's compiler and the loss is read through the engine's masks and readout, so what is

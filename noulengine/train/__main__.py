@@ -45,12 +45,14 @@ def add_train_args(ap: argparse.ArgumentParser) -> None:
             kwargs["choices"] = ["lora", "full", "top-k"]
         if f.name == "loss":
             kwargs["choices"] = ["full", "candidates"]
+        if f.name == "readout":
+            kwargs["choices"] = ["auto", "symbols", "label-token", "label-sequence"]
         ap.add_argument(flag, **kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="noulengine train", description="Fine-tune a causal LM into a decision model "
-                                 "(symbol protocol) on canonical records with targets.")
+                                 "on canonical records with targets, through any readout.")
     add_train_args(ap)
     args = ap.parse_args(argv)
     from noulengine.models.loading import ModelNotFoundError

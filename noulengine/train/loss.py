@@ -1,18 +1,23 @@
 """The training objective, computed with the engine's own forward pass and readout.
 
 A training example is a compiled request (one packed tree: shared prefix, one branch per
-question) plus each question's gold candidate. The loss of a question is the cross-entropy of
-its gold candidate at its answer position, read through exactly the readout inference uses
-(:func:`noulengine.engine.readout.batch_candidate_logprobs`), so what is trained is what is served:
+question; under label-sequence one child branch per candidate text) plus each question's gold
+candidate. A question's candidate scores ``s_k`` are its full-vocabulary candidate
+log-probabilities, read through exactly the readout inference uses
+(:func:`noulengine.engine.readout.batch_candidate_logprobs`), whatever the readout: ``symbols``
+(the symbol token), ``label-token`` (the first token of the candidate's text, spellings summed),
+``label-sequence`` (the log-likelihood of the text plus the end-of-answer token) or ``auto``
+(per question one of those). So what is trained is what is served:
 
-* ``full`` (default, the symbol-trained protocol): ``-log softmax(logits)[gold symbol]`` over the
-  whole vocabulary, so the model also learns to put its mass on the candidate symbols
-  (``x_mass`` near 1 at inference);
-* ``candidates``: ``-log softmax(logits[candidate rows])[gold]``, the candidates renormalised
-  among themselves (what inference reports as probabilities).
+* ``full`` (default): ``-s_gold``, the gold candidate's probability over the whole vocabulary,
+  which is ``candidates`` plus ``-log x_mass`` (``x_mass = sum_k exp(s_k)``, the candidate mass
+  the engine serves): the model also learns to put its mass on the candidates (``x_mass`` near 1
+  at inference);
+* ``candidates``: ``-log softmax(s)[gold]``, the candidates renormalised among themselves (what
+  inference reports as probabilities).
 
 Soft targets (``targets[field].probabilities``) replace the one-hot gold by the gold
-distribution: ``-sum_k p_k log q_k``.
+distribution: ``-sum_k p_k log q_k`` (the same identity holds: the ``p_k`` sum to 1).
 """
 
 from __future__ import annotations

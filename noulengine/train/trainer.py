@@ -1,4 +1,4 @@
-"""``noulengine train``: fine-tune a causal LM on canonical records so it answers the symbol protocol.
+"""``noulengine train``: fine-tune a causal LM on canonical records so it answers through a readout.
 
 Loop (one optimizer update per batch):
 
@@ -60,8 +60,8 @@ class TrainConfig:
         seed: seeds LoRA init, option permutations and batch order.
         selection: selection JSONL (validation_role: selection) scored after each epoch; chooses the epoch.
         selection_limit: score only the first N selection rows (None: all).
-        loss: ``full`` (cross-entropy over the whole vocabulary) | ``candidates`` (over candidate symbols).
-        readout: the readout trained and then used for inference (``symbols``).
+        loss: ``full`` (cross-entropy over the whole vocabulary: candidates plus -log x_mass) | ``candidates`` (over the candidates).
+        readout: the readout trained and then used for inference: ``symbols`` | ``label-token`` | ``label-sequence`` | ``auto``.
         permute: permute choice options per row and epoch (option-order augmentation).
         permute_share: share of rows (drawn per row and epoch) whose options are permuted; the
             rest keep criteria order (1.0: every row).
