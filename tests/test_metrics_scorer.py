@@ -80,6 +80,22 @@ def test_slices():
     assert "slices" not in sl["field"]["pick"]
 
 
+def test_metadata_slices():
+    """A suite manifest's "slices" (record metadata keys) become slices beside the built-in ones."""
+    r1 = rec("r1", NOUL, {"ok": {"label": "yes"}}, level=0, task="t")
+    r2 = rec("r2", NOUL, {"ok": {"label": "yes"}}, level=1)
+    r3 = rec("r3", NOUL, {"ok": {"label": "no"}}, level=1)
+    yes = {"answers": {"ok": answer(YN, [0.3, 0.7], "noul")}, "error": None}
+    rep = score([(r1, yes), (r2, yes), (r3, yes)], metadata_slices=("level", "task"))
+    lv = rep["slices"]["level"]
+    assert list(lv) == ["0", "1"]  # values as strings
+    assert lv["0"]["accuracy"] == 1.0 and lv["1"]["accuracy"] == 0.5 and lv["1"]["counts"]["decisions"] == 2
+    assert rep["slices"]["task"]["<none>"]["counts"]["decisions"] == 2
+    assert "level" not in score([(r1, yes)])["slices"]  # only when asked for
+    with pytest.raises(ValueError, match="metadata_slices"):
+        Scorer(metadata_slices=("category",))
+
+
 def test_soft_metrics_unavailable_not_zero():
     rep = score(pairs()[:1])
     assert rep["distribution"] == {"n": 0, "kl": None, "brier_vs_distribution": None, "tvd": None,

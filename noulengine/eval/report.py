@@ -110,6 +110,9 @@ def invocation_totals(invocations: list[dict]) -> dict:
             "requests_per_s": req / sec if req and sec else None}
 
 
+_BUILT_IN_SLICES = ("suite", "type", "field", "category")  # noulengine.metrics.scorer.SLICE_DIMENSIONS (no torch here)
+
+
 def _fmt(x, pct=False):
     if x is None:
         return "n/a"
@@ -166,7 +169,8 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
             continue
         if m.get("reliability"):
             lines.append(f"\nReliability diagram: `{m['reliability']}`")
-        for dim in ("type", "field", "category"):
+        # the built-in slices, then any the suite's manifest names ("slices": ["level"])
+        for dim in ("type", "field", "category", *[d for d in m.get("slices", {}) if d not in _BUILT_IN_SLICES]):
             sl = m.get("slices", {}).get(dim)
             if not sl or len(sl) < 2:
                 continue

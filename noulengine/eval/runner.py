@@ -201,7 +201,7 @@ def score_task(res: TaskResult, rows, done: dict, out_dir: Path, *, plots: bool)
 
     name = res.name
     res.rows = len(rows)
-    scorer = Scorer()
+    scorer = Scorer(metadata_slices=get_suite(name).slices)
     for i, rec in rows:
         scorer.update(rec, done[(name, i)])
     res.metrics = scorer.compute()

@@ -125,7 +125,7 @@ def score_file(suite_name: str, predictions: str | Path, *, source=None, sample:
     missing = [i for i, _ in selected if i not in got]
     if predicted_only:
         selected = [(i, rec) for i, rec in selected if i in got]
-    scorer = Scorer()
+    scorer = Scorer(metadata_slices=suite.slices)
     for i, rec in selected:
         rec.metadata["suite"] = suite_name
         scorer.update(rec, got.get(i, {"answers": {}, "error": "missing prediction", "missing": True}))

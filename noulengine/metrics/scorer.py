@@ -38,8 +38,10 @@ Report keys (every metric in float64, ``None`` where no decision qualifies, neve
   majorities are read off the gold labels being scored, so they are upper bounds on any constant
   answer. ``warnings`` holds a plain sentence when ``accuracy`` is at or below one of them.
 * ``slices``: ``{dimension: {value: <the same report without slices>}}`` for the dimensions
-  ``suite`` (``record.metadata["suite"]``), ``type``, ``field`` and ``category``; a dimension is
-  left out when no decision has a value for it, and a missing value is keyed ``"<none>"``.
+  ``suite`` (``record.metadata["suite"]``), ``type``, ``field`` and ``category``, then one per
+  ``metadata_slices`` key (``record.metadata[key]`` as a string, e.g. a suite manifest's
+  ``"slices": ["level"]``); a dimension is left out when no decision has a value for it, and a
+  missing value is keyed ``"<none>"``.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class Decision:
     gold_distribution: tuple[float, ...] | None
     probs: tuple[float, ...] | None
     error: str | None
+    metadata: tuple[tuple[str, str | None], ...] = ()  # the record's metadata_slices values
 
     @property
     def scored(self) -> bool:
@@ -89,7 +92,9 @@ class Decision:
         return self.gold is not None and self.predicted == self.gold
 
     def slice_value(self, dimension: str) -> str | None:
-        return getattr(self, dimension)
+        if dimension in SLICE_DIMENSIONS:
+            return getattr(self, dimension)
+        return dict(self.metadata).get(dimension)
 
 
 def _check_update_args(record: Any, answer_map: Any) -> None:
@@ -121,14 +126,21 @@ class Scorer:
     Args:
         n_bins: ECE bins (15 by default).
         slice_by: slice dimensions to report, a subset of :data:`SLICE_DIMENSIONS`.
+        metadata_slices: record metadata keys to slice by as well (values as strings), e.g.
+            ``("level",)``; none may be named like a built-in dimension.
     """
 
-    def __init__(self, *, n_bins: int = N_BINS, slice_by: Sequence[str] = SLICE_DIMENSIONS):
+    def __init__(self, *, n_bins: int = N_BINS, slice_by: Sequence[str] = SLICE_DIMENSIONS,
+                 metadata_slices: Sequence[str] = ()):
         bad = [d for d in slice_by if d not in SLICE_DIMENSIONS]
         if bad:
             raise ValueError(f"slice_by must name dimensions from {list(SLICE_DIMENSIONS)}, got {bad}")
+        clash = [k for k in metadata_slices if k in SLICE_DIMENSIONS or not isinstance(k, str)]
+        if clash:
+            raise ValueError(f"metadata_slices must be metadata keys other than {list(SLICE_DIMENSIONS)}, got {clash}")
         self.n_bins = n_bins
         self.slice_by = tuple(slice_by)
+        self.metadata_slices = tuple(dict.fromkeys(metadata_slices))
         self.reset()
 
     def reset(self) -> None:
@@ -148,7 +160,9 @@ class Scorer:
         questions = {q.field: q for q in record.request.questions}
         answers = answer_map.get("answers") or {}
         record_error = answer_map.get("error")
-        suite = record.metadata.get("suite") if isinstance(record.metadata, dict) else None
+        meta = record.metadata if isinstance(record.metadata, dict) else {}
+        suite = meta.get("suite")
+        sliced = tuple((k, None if meta.get(k) is None else str(meta[k])) for k in self.metadata_slices)
         for fld, target in record.targets.items():
             q = questions[fld]
             gold, dist = _gold(q, target)
@@ -168,7 +182,7 @@ class Scorer:
             self.decisions.append(Decision(
                 row=row, field=fld, type=q.type, category=record.category,
                 suite=str(suite) if suite is not None else None, num_candidates=q.num_candidates,
-                gold=gold, gold_distribution=dist, probs=probs, error=error,
+                gold=gold, gold_distribution=dist, probs=probs, error=error, metadata=sliced,
             ))
 
     def reliability_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -183,7 +197,7 @@ class Scorer:
         """The JSON-able report described in the module docstring."""
         report = summarize(self.decisions, n_bins=self.n_bins)
         slices = {}
-        for dim in self.slice_by:
+        for dim in self.slice_by + self.metadata_slices:
             values = [d.slice_value(dim) for d in self.decisions]
             if all(v is None for v in values):
                 continue

@@ -30,8 +30,9 @@ def write_manifest(path: str | Path, manifest: dict) -> None:
     Path(path).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def record_counts(rows) -> dict:
-    """Counts over loaded ``(row_index, Record)`` rows: decisions, labels, types, categories, ids."""
+def record_counts(rows, slices=()) -> dict:
+    """Counts over loaded ``(row_index, Record)`` rows: decisions, labels, types, categories, ids,
+    and, per metadata key in ``slices`` (a suite manifest's ``"slices"``), rows and decisions by value."""
     labels: dict[str, Counter] = {}
     types: Counter = Counter()
     categories: Counter = Counter()
@@ -60,7 +61,18 @@ def record_counts(rows) -> dict:
         "question_types": dict(sorted(types.items())),
         "categories": dict(sorted(categories.items())),
         "label_distribution": {f: dict(sorted(c.items())) for f, c in sorted(labels.items())},
+        **({"slices": {key: _slice_counts(rows, key) for key in slices}} if slices else {}),
     }
+
+
+def _slice_counts(rows, key: str) -> dict:
+    out: dict[str, dict] = {}
+    for _, rec in rows:
+        value = rec.metadata.get(key)
+        entry = out.setdefault("<none>" if value is None else str(value), {"rows": 0, "decisions": 0})
+        entry["rows"] += 1
+        entry["decisions"] += len(rec.request.questions)
+    return dict(sorted(out.items()))
 
 
 def computed_fields(suite: "Suite", data_dir: Path) -> dict:
@@ -73,7 +85,7 @@ def computed_fields(suite: "Suite", data_dir: Path) -> dict:
             entry["rows"] = count_lines(suite.prepared_dir / rel)
         prepared.append(entry)
     out = {"source_files": sources, "prepared_files": prepared,
-           "counts": record_counts(suite.load(auto_prepare=False, verify=False))}
+           "counts": record_counts(suite.load(auto_prepare=False, verify=False), slices=suite.slices)}
     published = suite.manifest.get("published_sha256")
     if published:
         out["sha256"] = prepared[0]["sha256"]

@@ -121,6 +121,12 @@ class Suite:
         """The licence line from the data's SOURCE.md, to repeat in reports."""
         return self.manifest.get("licence", "unknown")
 
+    @property
+    def slices(self) -> tuple[str, ...]:
+        """Record metadata keys the report slices this suite by as well (manifest ``"slices"``,
+        e.g. ``["level"]``), beside the built-in type, field and category slices."""
+        return tuple(self.manifest.get("slices", ()))
+
     def report_notes(self) -> list[str]:
         """Notes every report on this suite must repeat (licence, hash caveats, ...)."""
         notes = [f"licence: {self.licence}"]
