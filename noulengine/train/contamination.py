@@ -9,6 +9,10 @@ Normalised text (the same rule validation-v1 uses against the test suites): whit
 lower-cased. Two keys are indexed per evaluation row: the whole state rendered as canonical JSON,
 and each string inside the state of at least ``MIN_LEAF_CHARS`` characters, so a test article
 copied into another key (``{"article": ...}`` instead of ``{"text": ...}``) is still caught.
+A suite whose manifest sets ``"overlap_leaf_strings": false`` is indexed by whole state only: a
+procedural suite's states are built from the same template sentences as the training curriculum
+("one token is drawn uniformly at random, unseen" is in every bag world), so its strings are not
+evidence of a copied row; its whole states are (benchmarks/procedural-v1).
 
 Rows with images are indexed by the sha256 of each image's decoded pixels instead
 (:func:`noulengine.vision.inputs.pixel_digest`: RGB pixels and size, so a re-encoded or renamed
@@ -44,10 +48,17 @@ def _string_leaves(value: Any) -> Iterator[str]:
             yield from _string_leaves(v)
 
 
-def state_keys(state: Any) -> set[str]:
-    """The normalised texts a state is indexed (and checked) under."""
-    keys = {normalize_text(state if isinstance(state, str) else canonical_json(state))}
-    keys.update(normalize_text(s) for s in _string_leaves(state) if len(s.strip()) >= MIN_LEAF_CHARS)
+def state_key(state: Any) -> str:
+    """The normalised text of a whole state (a string as it is, anything else as canonical JSON)."""
+    return normalize_text(state if isinstance(state, str) else canonical_json(state))
+
+
+def state_keys(state: Any, *, leaves: bool = True) -> set[str]:
+    """The normalised texts a state is indexed (and checked) under: the whole state and, with
+    ``leaves``, each string in it of at least ``MIN_LEAF_CHARS`` characters."""
+    keys = {state_key(state)}
+    if leaves:
+        keys.update(normalize_text(s) for s in _string_leaves(state) if len(s.strip()) >= MIN_LEAF_CHARS)
     keys.discard("")
     return keys
 
@@ -67,15 +78,17 @@ class EvaluationIndex:
     suites: dict[str, dict] = field(default_factory=dict)
     images: dict[str, str] = field(default_factory=dict)
 
-    def add(self, suite: str, record_id: str | None, state: Any, image_digests: tuple[str, ...] = ()) -> None:
-        """Index one evaluation row (``image_digests``: its images' pixel digests)."""
+    def add(self, suite: str, record_id: str | None, state: Any, image_digests: tuple[str, ...] = (), *,
+            leaves: bool = True) -> None:
+        """Index one evaluation row (``image_digests``: its images' pixel digests; ``leaves``: its
+        long state strings too, not only the whole state)."""
         if record_id is not None:
             self.ids.setdefault(record_id, suite)
         if image_digests:
             for digest in image_digests:
                 self.images.setdefault(digest, suite)
             return
-        for key in state_keys(state):
+        for key in state_keys(state, leaves=leaves):
             self.texts.setdefault(key, suite)
 
     def overlap(self, record_id: str, state: Any, images=()) -> tuple[str, str] | None:
@@ -107,7 +120,8 @@ class EvaluationIndex:
     def summary(self) -> dict:
         return {"suites": self.suites, "ids": len(self.ids), "texts": len(self.texts), "images": len(self.images),
                 "rule": f"id, or whitespace-collapsed lower-cased state JSON or any state string of >= "
-                        f"{MIN_LEAF_CHARS} chars (rows without images), or an image's pixels (sha256 of RGB pixels and size)"}
+                        f"{MIN_LEAF_CHARS} chars (rows without images; whole state only for suites whose manifest "
+                        "sets overlap_leaf_strings false), or an image's pixels (sha256 of RGB pixels and size)"}
 
 
 def build_evaluation_index(*, source: str | None = None, prepare: bool = True) -> EvaluationIndex:
@@ -121,7 +135,6 @@ def build_evaluation_index(*, source: str | None = None, prepare: bool = True) -
             prepared or raw file differs from its manifest pin (the index would be unreliable).
     """
     from noulengine.eval.suites.registry import get_suite, list_suites
-    from noulengine.records.loader import iter_jsonl, parse_json_line
 
     index = EvaluationIndex()
     for name in list_suites():
@@ -135,17 +148,25 @@ def build_evaluation_index(*, source: str | None = None, prepare: bool = True) -
                 raise
             index.suites[name] = {"status": "unavailable", "reason": str(exc).splitlines()[0][:200]}
             continue
-        rows = 0
-        for n, text in iter_jsonl(path):
-            obj = parse_json_line(text, file=path, line=n)
-            if not isinstance(obj, dict):
-                continue
-            state = obj.get("state")  # canonical and jevbench rows both keep the evidence here
-            rid = obj.get("id") if isinstance(obj.get("id"), str) else None
-            index.add(name, rid, state, _image_digests(obj.get("images"), path.parent))
-            rows += 1
-        index.suites[name] = {"rows": rows, "path": str(path)}
+        index_suite(index, suite, path)
     return index
+
+
+def index_suite(index: EvaluationIndex, suite, path: Path) -> None:
+    """Add every row of ``suite``'s prepared file ``path`` to ``index`` (by the rule its manifest sets)."""
+    from noulengine.records.loader import iter_jsonl, parse_json_line
+
+    leaves = suite.manifest.get("overlap_leaf_strings", True) is not False
+    rows = 0
+    for n, text in iter_jsonl(path):
+        obj = parse_json_line(text, file=path, line=n)
+        if not isinstance(obj, dict):
+            continue
+        state = obj.get("state")  # canonical and jevbench rows both keep the evidence here
+        rid = obj.get("id") if isinstance(obj.get("id"), str) else None
+        index.add(suite.name, rid, state, _image_digests(obj.get("images"), path.parent), leaves=leaves)
+        rows += 1
+    index.suites[suite.name] = {"rows": rows, "path": str(path), **({} if leaves else {"leaf_strings": False})}
 
 
 def _image_digests(images: Any, media_root: Path) -> tuple[str, ...]:
