@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,9 @@ from noulengine.records.schema import canonical_json, parse_record
 DATA = resolve_data_dir()
 needs_data = pytest.mark.skipif(DATA is None, reason="shared data not found: set NOULENGINE_DATA or place it at "
                                                      "<repo>/../shared/data")
-ALL = ["agnews", "jevbench_easy", "jevbench_hard", "jevbench_original", "known-distribution-pilot", "shapes",
-       "toolace", "typed_decisions", "wildjailbreak"]
-NOT_ACCURACY_V1 = ("known-distribution-pilot", "shapes")  # their own collections
+ALL = ["agnews", "jevbench_easy", "jevbench_hard", "jevbench_original", "known-distribution-pilot", "procedural",
+       "shapes", "toolace", "typed_decisions", "wildjailbreak"]
+NOT_ACCURACY_V1 = ("known-distribution-pilot", "procedural", "shapes")  # their own collections
 
 
 def _require_sources(suite: Suite) -> None:
@@ -186,6 +187,7 @@ def test_registry_lists_and_suggests():
     assert list_suites() == ALL
     assert list_suites("accuracy-v1") == [n for n in ALL if n not in NOT_ACCURACY_V1]
     assert list_suites("vision-v1") == ["shapes"]
+    assert list_suites("procedural-v1") == default_tasks("procedural-v1") == ["procedural"]
     with pytest.raises(UnknownSuiteError) as info:
         get_suite("agnew")
     assert "did you mean 'agnews'" in str(info.value)
@@ -320,3 +322,117 @@ def test_register_suite_outside_benchmarks(tmp_path):
         assert "my-toolace" not in default_tasks()
     finally:
         registry._extra.pop("my-toolace", None)
+
+
+# -- procedural-v1 -----------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _recipe_streams() -> tuple[tuple[int, int], ...]:
+    """(seed, records) of the procedural streams scripts/train_default.py trains and selects on."""
+    import re
+
+    text = (REPO / "scripts" / "train_default.py").read_text()
+    found = {name: re.search(pattern, text, re.M) for name, pattern in (
+        ("seed", r"^SEED = (\d+)"), ("rows", r"^PROCEDURAL_ROWS = (\d+)"),
+        ("selection", r"^SELECTION = \{[^}]*\"procedural\": (\d+)"),
+        ("train_call", r"procedural\.generate\(PROCEDURAL_ROWS, seed=PROCEDURAL_SEED\)"),
+        ("train_seed", r"^PROCEDURAL_SEED = SEED\b"),
+        ("selection_call", r"procedural\.generate\(SELECTION\[\"procedural\"\], seed=SEED \+ 1\)"))}
+    missing = [name for name, m in found.items() if m is None]
+    assert not missing, (f"scripts/train_default.py no longer draws its procedural rows as procedural-v1 assumes "
+                         f"({missing}): update TRAINING_STREAMS in benchmarks/procedural-v1/procedural/prepare.py "
+                         "(a new suite version) so that the guard refuses no training row")
+    seed = int(found["seed"].group(1))
+    return (seed, int(found["rows"].group(1))), (seed + 1, int(found["selection"].group(1)))
+
+
+@pytest.fixture(scope="module")
+def procedural_suite(tmp_path_factory):
+    suite = _copy(get_suite("procedural"), tmp_path_factory.mktemp("procedural"))
+    suite.prepare()  # reads no data; checked against the pinned sha256
+    return suite
+
+
+def test_procedural_suite_is_held_out_from_the_recipe(procedural_suite):
+    """The default recipe's procedural training and selection rows all pass the real guard."""
+    from noulengine.train import procedural
+    from noulengine.train.contamination import EvaluationIndex, index_suite
+
+    module = procedural_suite.module
+    assert module.TRAINING_STREAMS == _recipe_streams()
+    assert module.SEED not in {seed for seed, _ in module.TRAINING_STREAMS}
+    index = EvaluationIndex()
+    index_suite(index, procedural_suite, procedural_suite.prepared_path)
+    assert index.suites["procedural"] == {"rows": 1969, "path": str(procedural_suite.prepared_path),
+                                          "leaf_strings": False}
+    refused = [rec["id"] for seed, n in module.TRAINING_STREAMS for rec in procedural.generate(n, seed=seed)
+               if index.overlap(rec["id"], rec["state"]) is not None]
+    assert refused == []
+    # the suite's own rows are refused, by id and by state
+    rows = [json.loads(line) for line in procedural_suite.prepared_path.read_text().splitlines()]
+    assert index.overlap(rows[0]["id"], {})[0] == "id"
+    assert index.overlap("other-id", rows[0]["state"])[0] == "state"
+    # by whole state only: a template sentence shared with the training worlds is not evidence
+    bag = next(r for r in rows if r["task"] == "partial_observation_calibration" and "bag" in r["state"])
+    assert index.overlap("other-id", {"note": bag["state"]["procedure"]}) is None
+    _, stats = module.build()
+    assert stats["excluded_training_state"] == 179 and stats["repeated_state"] == 52
+
+
+def test_procedural_suite_records(procedural_suite):
+    rows = procedural_suite.load()
+    assert len(rows) == procedural_suite.manifest["counts"]["rows"] == 1969
+    tasks, levels = Counter(), Counter()
+    for _, rec in rows:
+        tasks[rec.metadata["task"]] += 1
+        levels[rec.metadata["level"]] += 1
+        assert rec.category == f"procedural:{rec.metadata['task']}"
+        for fld, t in rec.targets.items():
+            if t.probabilities is not None:  # posteriors: exact probabilities, the argmax label unless 1/2
+                p_yes = t.probabilities["yes"]
+                assert t.label == (None if p_yes == 0.5 else "yes" if p_yes > 0.5 else "no")
+            else:
+                assert t.label is not None
+    assert len(tasks) == 13 and min(tasks.values()) >= 48 and set(levels) == {0, 1, 2, 3, 4}
+    assert procedural_suite.slices == ("level",)
+    assert procedural_suite.metric_availability() == {"accuracy": "available", "tvd": "available"}
+    assert list(procedural_suite.manifest["counts"]["slices"]["level"]) == ["0", "1", "2", "3", "4"]
+
+
+def test_procedural_suite_is_scored_by_level_and_against_its_posteriors(procedural_suite, tmp_path):
+    """Perfect answers (gold labels, exact posteriors) score 100% with TVD 0, sliced by level and
+    task (category); report.md shows the level table."""
+    from noulengine.eval.report import write_outputs
+    from noulengine.eval.runner import TaskResult
+    from noulengine.eval.score import score_file
+    from noulengine.eval.suites import register_suite
+    from noulengine.eval.suites import registry
+
+    rows = procedural_suite.load()
+    lines = []
+    for i, rec in rows:
+        answers = {}
+        for q in rec.request.questions:
+            t = rec.targets[q.field]
+            probs = dict(t.probabilities) if t.probabilities else {lab: float(lab == t.label) for lab in q.labels}
+            answers[q.field] = {"probabilities": probs}
+        lines.append(json.dumps({"row": i, "answers": answers}))
+    pred = tmp_path / "predictions.jsonl"
+    pred.write_text("\n".join(lines) + "\n")
+    register_suite(procedural_suite.directory)  # the temp copy stands in for the registered suite
+    try:
+        report = score_file("procedural", pred)
+    finally:
+        registry._extra.pop("procedural", None)
+    assert report["accuracy"] == 1.0 and report["counts"]["decisions"] == 5029
+    assert report["distribution"]["n"] == 48 and report["distribution"]["tvd"] == pytest.approx(0.0, abs=1e-9)
+    levels = report["slices"]["level"]
+    assert list(levels) == ["0", "1", "2", "3", "4"] and sum(v["counts"]["decisions"] for v in levels.values()) == 5029
+    assert len(report["slices"]["category"]) == 13
+    res = TaskResult(name="procedural", status="ready", rows=len(rows), metrics=report)
+    write_outputs([res], tmp_path, {"suite": "procedural-v1", "git_revision": None, "selection": {}, "engine": {}})
+    text = (tmp_path / "report.md").read_text()
+    assert "| level | decisions | accuracy | NLL | ECE |" in text and "| procedural:table_lookup |" in text
+    assert "| 4 | 1002 | 100.0% |" in text
