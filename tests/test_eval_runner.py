@@ -55,8 +55,8 @@ def test_run_resume_and_outputs(tiny_llama, tiny_tokenizer, tmp_path):
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["throughput"]["requests"] == 2
 
-    # `noulengine score` on the same predictions: rows not predicted count as errors.
-    scored = score_file("agnews", pred)
+    # `noulengine score --count-missing` on the same predictions: rows not predicted count as errors.
+    scored = score_file("agnews", pred, count_missing=True)
     assert scored["predictions_matched"] == 3
     assert scored["counts"]["scored"] == 3 and scored["counts"]["errors"] == scored["counts"]["decisions"] - 3
     assert scored["counts"]["error_kinds"] == {"missing_prediction": scored["counts"]["decisions"] - 3}
@@ -181,8 +181,11 @@ def test_score_a_sample_or_the_predicted_rows_only(tiny_llama, tiny_tokenizer, t
     pred = tmp_path / "predictions.jsonl"
     same = score_file("jevbench_easy", pred, sample=3, seed=0)
     assert same["rows_selected"] == 3 and same["rows_missing"] == 0 and same["accuracy"] == res.metrics["accuracy"]
-    whole = score_file("jevbench_easy", pred)  # the whole suite: 45 rows without a prediction are errors
+    whole = score_file("jevbench_easy", pred, count_missing=True)  # the whole suite: 45 missing rows are errors
     assert whole["rows_missing"] == 45 and whole["counts"]["errors"] == 45
+    default = score_file("jevbench_easy", pred)  # by default only the predicted rows are scored, and said so
+    assert default["counts"]["decisions"] == 3 and default["accuracy"] == res.metrics["accuracy"]
+    assert default["notes"][0].startswith(f"jevbench_easy: {pred} has predictions for 3 of the suite's 48 rows")
     only = score_file("jevbench_easy", pred, predicted_only=True)
     assert only["counts"]["decisions"] == 3 and only["rows_missing"] == 45 and only["accuracy"] == res.metrics["accuracy"]
     assert score_main(["--suite", "jevbench_easy", "--predictions", str(pred), "--sample", "3"]) == 0

@@ -58,7 +58,7 @@ GLOSSARY = [
     "**chance**: the accuracy of a uniform guess (mean 1/K). **majority**: always answering each question's most "
     "frequent gold option (the majority-class rate); both are read off the scored gold labels.",
     "**NLL**: mean negative log-probability of the gold label (floor 1e-12); lower is better, ln K is a uniform "
-    "guess.",
+    "guess. **NLL floored**: decisions whose gold probability was at or below the floor (each adds 27.6 nats).",
     "**Brier**: mean over decisions of the sum over candidates of (p - gold)^2; 0 is perfect, 2 the worst.",
     "**ECE**: expected calibration error, 15 equal-width bins of the top probability; how far confidence is from "
     "accuracy.",
@@ -135,9 +135,9 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
              f"; device {eng.get('device')}, dtype {eng.get('dtype')}; readout `{eng.get('readout')}`, debias "
              f"`{eng.get('debias')}`, calibration " + (f"`{eng['calibration']}`" if eng.get("calibration") else "none") +
              f". Rows: {_selection_text(meta.get('selection'))}. Code: git `{meta.get('git_revision') or 'unknown'}`.",
-             "", "| suite | status | rows | decisions | coverage | accuracy | chance | majority | NLL | Brier | ECE | "
-                 "ordinal MAE | TVD | flip rate | median x_mass |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "", "| suite | status | rows | decisions | coverage | accuracy | chance | majority | NLL | NLL floored | "
+                 "Brier | ECE | ordinal MAE | TVD | flip rate | median x_mass |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     warnings = []
     trained, compiled = eng.get("trained_prompt_version"), eng.get("prompt_version")
     if trained and compiled and trained != compiled:
@@ -146,14 +146,15 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
     for r in results:
         m = r.metrics
         if not m:
-            lines.append(f"| {r.name} | {r.status} |" + " – |" * 13)
+            lines.append(f"| {r.name} | {r.status} |" + " – |" * 14)
             continue
         c = m["counts"]
         base = m.get("baselines") or {}
         tvd = m["distribution"]["tvd"]
         lines.append(f"| {r.name} | {r.status} | {r.rows} | {c['decisions']} | {_fmt(c['coverage'], True)} | "
                      f"{_fmt(m['accuracy'], True)} | {_fmt(base.get('chance'), True)} | "
-                     f"{_fmt(base.get('majority'), True)} | {_fmt(m['nll'])} | {_fmt(m['brier'])} | {_fmt(m['ece'])} | "
+                     f"{_fmt(base.get('majority'), True)} | {_fmt(m['nll'])} | {m.get('nll_floored', 0)} | "
+                     f"{_fmt(m['brier'])} | {_fmt(m['ece'])} | "
                      f"{_fmt(m['ordinal']['mae'])} | {_fmt(tvd) if tvd is not None else 'unavailable'} | "
                      f"{_fmt(m.get('flip_rate'))} | {_mass((m.get('x_mass') or {}).get('median'))} |")
         warnings += [f"- **{r.name}**: {w}" for w in m.get("warnings") or []]

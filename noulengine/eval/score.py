@@ -1,14 +1,27 @@
 """``noulengine score --suite S --predictions FILE``: score answers produced by any system.
 
-Accepted prediction rows (JSONL), matched to suite rows by ``row`` (0-based) or else by ``id``:
+``S`` is a suite (``agnews``), a group (``jevbench``: its three tiers) or a collection
+(``accuracy-v1``: its default task list), as ``eval`` runs them; each suite is scored on its own.
 
-* noulengine's own rows (``{"row"?, "id", "answers": {field: {"probabilities": {...}}}, "error"}``);
-* ``/v1/systemone`` responses (``{"id", "answers": {field: {"type": "noul", "noul": p}}}``;
-  choice/score answers carry ``probabilities``), wrapped as ``{"id": ..., "response": {...}}`` or
-  given directly.
+Prediction rows (JSONL: UTF-8, one JSON object per line; ``eval``'s ``predictions.jsonl`` is one):
 
-Every answer is validated before scoring (finite, in [0, 1], every candidate present, sum
-within 0.01); an invalid or missing answer counts as an error, never as correct.
+* ``suite``: the suite the row answers; rows of other suites are skipped. Needed when ``S`` names
+  several suites; optional for one.
+* ``row``: the 0-based row of the suite's prepared file; or else ``id``, a record id that occurs
+  once in the suite.
+* ``answers``: ``{field: {"probabilities": {label: p, ...}}}`` with every candidate label of the
+  question, each p finite and in [0, 1], summing to 1 within 0.01; a ``noul`` answer may instead be
+  ``{"type": "noul", "noul": p}`` (P(yes)). ``error``: non-null marks an error row.
+* or a ``/v1/systemone`` response, given directly or as ``{"id": ..., "response": {...}}``.
+
+Which rows are scored: the suite's rows (``--sample N --seed S``: the fixed-seed sample ``eval``
+selects). When the predictions cover only some of them, the output says so first and only the
+predicted rows are scored (a 20-row sample is scored as 20 rows, not as 0.3% coverage of the suite);
+``--count-missing`` scores every selected row instead, the missing ones as errors.
+
+Every answer is validated before scoring: an invalid answer, a missing field or an error row is an
+error (never correct, lowers coverage) and is listed with its record id, field and rule
+(``error_rows`` in the JSON, and below the table).
 """
 
 from __future__ import annotations
@@ -48,40 +61,23 @@ def to_answer_map(row: dict, record) -> dict:
     return {"answers": answers, "error": None}
 
 
-def score_file(suite_name: str, predictions: str | Path, *, source=None, sample: int | None = None, seed: int = 0,
-               predicted_only: bool = False) -> dict:
-    """Score a predictions file against a verified suite.
-
-    Args:
-        suite_name: a registered suite.
-        predictions: JSONL rows with ``row`` (or a unique ``id``) and ``answers``.
-        source: raw data folder.
-        sample: score the fixed-seed sample of this many rows that ``eval --sample N --seed S``
-            selects (predictions for other rows are counted, not scored).
-        seed: the sample's seed.
-        predicted_only: score only the selected rows that have a prediction; the missing rows
-            are counted in ``rows_missing`` instead of scored as errors.
-
-    Rows of the selection with no prediction count as errors (coverage < 1) unless
-    ``predicted_only``. The report adds ``rows_selected``, ``rows_missing`` and
-    ``predictions_outside_selection``.
+def _match_rows(predictions, names: list[str], loaded: dict) -> tuple[dict, int]:
+    """Read the predictions file: ``({suite: {row: (line, answer map)}}, rows of other suites)``.
 
     Raises:
-        ValueError: listing every bad line (not UTF-8, not a JSON object, a row or id the suite
-            does not have, a row predicted twice, an answer for a field the row does not ask).
+        ValueError: listing every bad line.
     """
-    from noulengine.eval.suites import get_suite
-    from noulengine.metrics import Scorer
     from noulengine.records.errors import RecordError
     from noulengine.records.loader import iter_jsonl_lines, parse_json_line
 
-    suite = get_suite(suite_name)
-    rows = suite.load(source=source)
-    by_row = {i: rec for i, rec in rows}
-    by_id: dict[str, list[int]] = {}
-    for i, rec in rows:
-        by_id.setdefault(rec.id, []).append(i)
-    got: dict[int, dict] = {}
+    single = names[0] if len(names) == 1 else None
+    by_id: dict[str, dict[str, list[int]]] = {}
+    for name in names:
+        for i, rec in loaded[name]:
+            by_id.setdefault(name, {}).setdefault(rec.id, []).append(i)
+    by_row = {name: dict(loaded[name]) for name in names}
+    got: dict[str, dict[int, tuple[int, dict]]] = {name: {} for name in names}
+    other = 0
     problems: list[str] = []  # every bad line is reported, not just the first
     for n, text in iter_jsonl_lines(predictions):
         try:
@@ -90,7 +86,12 @@ def score_file(suite_name: str, predictions: str | Path, *, source=None, sample:
             row = parse_json_line(text, file=predictions, line=n)
             if not isinstance(row, dict):
                 raise ValueError(f"{predictions}:{n}: expected a JSON object, got {type(row).__name__}")
-            if row.get("suite") not in (None, suite_name):
+            name = row.get("suite", single)
+            if name is None:
+                raise ValueError(f"{predictions}:{n}: field 'suite' is needed when scoring several suites "
+                                 f"({', '.join(names)})")
+            if name not in by_row:
+                other += 1
                 continue
             if "row" in row:
                 if not isinstance(row["row"], int) or isinstance(row["row"], bool):
@@ -99,16 +100,17 @@ def score_file(suite_name: str, predictions: str | Path, *, source=None, sample:
             else:
                 if not isinstance(row.get("id"), str):
                     raise ValueError(f"{predictions}:{n}: give 'row' (an integer) or 'id' (a string), got id {row.get('id')!r}")
-                ids = by_id.get(row.get("id"), [])
+                ids = by_id.get(name, {}).get(row.get("id"), [])
                 if len(ids) != 1:
-                    raise ValueError(f"{predictions}:{n}: id {row.get('id')!r} matches {len(ids)} suite rows; give 'row'")
+                    raise ValueError(f"{predictions}:{n}: id {row.get('id')!r} matches {len(ids)} rows of suite {name!r}; "
+                                     "give 'row'")
                 idx = ids[0]
-            if idx not in by_row:
-                raise ValueError(f"{predictions}:{n}: suite {suite_name!r} has no row {idx}")
-            if idx in got:
+            if idx not in by_row[name]:
+                raise ValueError(f"{predictions}:{n}: suite {name!r} has no row {idx}")
+            if idx in got[name]:
                 raise ValueError(f"{predictions}:{n}: row {idx} predicted twice")
             try:
-                got[idx] = to_answer_map(row, by_row[idx])
+                got[name][idx] = (n, to_answer_map(row, by_row[name][idx]))
             except ValueError as exc:
                 raise ValueError(f"{predictions}:{n}: {exc} (suite row {idx})") from None
         except ValueError as exc:  # RecordError is a ValueError
@@ -116,74 +118,249 @@ def score_file(suite_name: str, predictions: str | Path, *, source=None, sample:
     if problems:
         shown = "\n".join(problems[:50]) + (f"\n... and {len(problems) - 50} more" if len(problems) > 50 else "")
         raise ValueError(f"{len(problems)} bad prediction line(s) in {predictions}:\n{shown}")
-    selected = rows
-    if sample is not None:
-        from noulengine.eval.suites import sample_rows
+    return got, other
 
-        selected = sample_rows(rows, sample, seed=seed)
+
+def _error_rows(scorer, fed, got: dict, predictions) -> list[dict]:
+    """One entry per decision that a prediction row has but that could not be scored: its record
+    id, field and rule (a :class:`~noulengine.records.errors.RecordError` dict) and suite row."""
+    from noulengine.metrics.validation import validate_answer
+    from noulengine.records.errors import RecordError
+
+    out = []
+    for d in scorer.decisions:
+        if d.error is None or d.error == "missing_prediction":
+            continue
+        i, rec = fed[d.row]
+        line, amap = got[i]
+        if d.error == "invalid_answer":
+            q = next(q for q in rec.request.questions if q.field == d.field)
+            rule = "; ".join(validate_answer(amap["answers"][d.field], q.labels))
+        elif d.error == "missing_answer":
+            rule = "no answer for this field"
+        else:
+            err = amap.get("error")
+            msg = err.get("message") if isinstance(err, dict) else err
+            rule = f"the prediction is an error row: {msg}"
+        entry = RecordError(rule, record_id=rec.id, field=d.field, file=str(predictions), line=line).to_dict()
+        out.append({**entry, "kind": d.error, "row": i})
+    return out
+
+
+def _same_rows_as_eval(rows, predicted: set[int]) -> str | None:
+    """The ``eval`` selection flags whose rows are exactly ``predicted`` (seed 0 samples, limits)."""
+    from noulengine.eval.suites import limit_rows, sample_rows
+
+    n = len(predicted)
+    if {i for i, _ in sample_rows(rows, n, seed=0)} == predicted:
+        return f"--sample {n} --seed 0"
+    if {i for i, _ in limit_rows(rows, n)} == predicted:
+        return f"--limit {n}"
+    return None
+
+
+def _score_suite(name: str, rows, got: dict, predictions, *, sample, seed, count_missing: bool) -> dict:
+    """The report of one suite (see :func:`score_file`)."""
+    from noulengine.eval.suites import get_suite, sample_rows
+    from noulengine.metrics import Scorer
+
+    selected = sample_rows(rows, sample, seed=seed) if sample is not None else list(rows)
     chosen = {i for i, _ in selected}
     missing = [i for i, _ in selected if i not in got]
-    if predicted_only:
+    predicted = len(chosen) - len(missing)
+    notes = []
+    covers = (f"{name}: {predictions} has predictions for {predicted:,} of the "
+              + (f"suite's {len(chosen):,} rows" if sample is None else f"{len(chosen):,} sampled rows"))
+    if missing and count_missing:
+        notes.append(f"{covers}; the other {len(missing):,} count as errors (--count-missing)")
+    elif missing:
         selected = [(i, rec) for i, rec in selected if i in got]
-    scorer = Scorer(metadata_slices=suite.slices)
+        same = _same_rows_as_eval(rows, chosen - set(missing)) if sample is None else None
+        notes.append(f"{covers}: scoring those {predicted:,} rows only (the {len(missing):,} without a prediction are "
+                     "not scored; --count-missing counts them as errors)"
+                     + (f"; they are the rows eval {same} selects" if same else ""))
+    scorer = Scorer(metadata_slices=get_suite(name).slices)
+    fed = []
     for i, rec in selected:
-        rec.metadata["suite"] = suite_name
-        scorer.update(rec, got.get(i, {"answers": {}, "error": "missing prediction", "missing": True}))
+        rec.metadata["suite"] = name
+        fed.append((i, rec))
+        scorer.update(rec, got[i][1] if i in got else {"answers": {}, "error": "missing prediction", "missing": True})
     report = scorer.compute()
     report["predictions_matched"] = len(got)
     report["rows_selected"] = len(chosen)
     report["rows_missing"] = len(missing)
+    report["rows_scored"] = len(selected)
     report["predictions_outside_selection"] = sum(1 for i in got if i not in chosen)
     report["selection"] = {"sample": sample, "seed": seed if sample is not None else None,
-                           "predicted_only": predicted_only}
+                           "predicted_only": not count_missing, "count_missing": count_missing}
+    report["error_rows"] = _error_rows(scorer, fed, got, predictions)
+    report["notes"] = notes
+    if missing and count_missing:  # the accuracy counts absent answers as wrong: judge the answers apart
+        from noulengine.metrics.scorer import baseline_warnings
+
+        c = report["counts"]
+        kept = [w for w in report["warnings"] if w not in baseline_warnings(report["accuracy"], report["baselines"])]
+        report["warnings"] = [f"{c['error_kinds'].get('missing_prediction', 0):,} of {c['decisions']:,} decisions have "
+                              "no prediction and count as wrong: accuracy here measures coverage, not the answers "
+                              f"(accuracy over the scored decisions: {_pct(report['accuracy_scored'])})",
+                              *baseline_warnings(report["accuracy_scored"], report["baselines"]), *kept]
     return report
 
 
-def summary_table(suite_name: str, report: dict) -> str:
-    """A short markdown table of a :func:`score_file` report, with its warnings."""
-    def pct(x):
-        return "n/a" if x is None else f"{100 * x:.1f}%"
+def score_file(suite_name: str, predictions: str | Path, *, source=None, sample: int | None = None, seed: int = 0,
+               predicted_only: bool = False, count_missing: bool = False) -> dict:
+    """Score a predictions file against a verified suite, group or collection.
 
-    def num(x):
-        return "n/a" if x is None else f"{x:.4f}"
+    Args:
+        suite_name: a suite (``agnews``), a group (``jevbench``) or a collection (``accuracy-v1``).
+        predictions: JSONL rows with ``row`` (or a unique ``id``), ``answers`` and, for several
+            suites, ``suite`` (the module docstring has the format).
+        source: raw data folder.
+        sample: score the fixed-seed sample of this many rows (per suite) that
+            ``eval --sample N --seed S`` selects (predictions for other rows are counted, not scored).
+        seed: the sample's seed.
+        predicted_only: score only the selected rows that have a prediction (the default; kept
+            for callers that ask for it explicitly).
+        count_missing: score every selected row, those without a prediction as errors
+            (``missing_prediction``, lowering coverage).
 
+    Returns:
+        For one suite, its report: the :class:`~noulengine.metrics.Scorer` report plus
+        ``rows_selected``, ``rows_missing``, ``rows_scored``, ``predictions_outside_selection``,
+        ``selection``, ``error_rows`` (every unscorable decision with its record id, field, rule,
+        file and line) and ``notes`` (first among them, when the predictions cover only some of the
+        selected rows, a sentence saying so). For a group or collection: ``{"suite", "kind",
+        "suites": {name: report, or {"status", "reason"} for a suite not scored}, "notes"}``.
+
+    Raises:
+        ValueError: listing every bad line (not UTF-8, not a JSON object, a row or id the suite
+            does not have, a row predicted twice, an answer for a field the row does not ask, no
+            ``suite`` when scoring several suites); or no prediction is for a scored suite;
+            ``predicted_only`` with ``count_missing``.
+        SuiteError: the name is unknown (with a did-you-mean), or a single suite is unavailable.
+    """
+    from noulengine.eval.suites import get_suite, resolve_suites
+
+    if predicted_only and count_missing:
+        raise ValueError("predicted_only and count_missing exclude each other")
+    kind, names = resolve_suites(suite_name)
+    loaded, skipped = {}, {}
+    for name in names:
+        suite = get_suite(name)
+        if kind != "suite":
+            status = suite.available(source)
+            if not status:
+                skipped[name] = {"status": "unavailable", "reason": status.reason}
+                continue
+        loaded[name] = suite.load(source=source)
+    names = [n for n in names if n in loaded]
+    got, other = _match_rows(predictions, names, loaded) if names else ({}, 0)
+    elsewhere = f" ({other} row(s) are for other suites)" if other else ""
+    reports: dict[str, dict] = {}
+    for name in names:
+        if not got[name] and not count_missing:
+            skipped[name] = {"status": "not predicted", "reason": f"no row of {predictions} is for suite {name!r}"}
+            continue
+        reports[name] = _score_suite(name, loaded[name], got[name], predictions, sample=sample, seed=seed,
+                                     count_missing=count_missing)
+    if not reports:
+        raise ValueError(f"no row of {predictions} is for {'suite' if kind == 'suite' else kind} {suite_name!r}"
+                         f"{elsewhere}; nothing to score")
+    if kind == "suite":
+        return {"suite": suite_name, **reports[suite_name]}
+    notes = [n for r in reports.values() for n in r["notes"]]
+    notes += [f"{name}: {info['status']}: {info['reason']}" for name, info in skipped.items()]
+    return {"suite": suite_name, "kind": kind, "suites": {n: reports.get(n) or skipped[n] for n in
+                                                          [*reports, *skipped]}, "notes": notes}
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:.4f}"
+
+
+TABLE_HEAD = ["| suite | rows scored | rows missing | decisions | coverage | accuracy | chance | majority | NLL | "
+              "NLL floored | Brier | ECE |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+ERROR_ROWS_SHOWN = 20
+
+
+def _table_row(name: str, report: dict) -> str:
     c, b = report["counts"], report.get("baselines") or {}
-    lines = ["| suite | rows scored | rows missing | decisions | coverage | accuracy | chance | majority | NLL | Brier | ECE |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-             f"| {suite_name} | {report['rows']} | {report['rows_missing']} | {c['decisions']} | {pct(c['coverage'])} | "
-             f"{pct(report['accuracy'])} | {pct(b.get('chance'))} | {pct(b.get('majority'))} | {num(report['nll'])} | "
-             f"{num(report['brier'])} | {num(report['ece'])} |"]
-    if report["predictions_outside_selection"]:
-        lines.append(f"\n{report['predictions_outside_selection']} prediction(s) outside the selected rows were not scored.")
-    lines += [f"\nwarning: {w}" for w in report.get("warnings") or []]
+    return (f"| {name} | {report['rows']} | {report['rows_missing']} | {c['decisions']} | {_pct(c['coverage'])} | "
+            f"{_pct(report['accuracy'])} | {_pct(b.get('chance'))} | {_pct(b.get('majority'))} | {_num(report['nll'])} | "
+            f"{report.get('nll_floored', 0)} | {_num(report['brier'])} | {_num(report['ece'])} |")
+
+
+def summary_table(suite_name: str, report: dict) -> str:
+    """A short markdown table of a :func:`score_file` report: notes first (a partial coverage),
+    then one line per suite, the unscorable decisions (id, field, rule) and the warnings."""
+    reports = report["suites"] if "suites" in report else {suite_name: report}
+    scored = {n: r for n, r in reports.items() if "counts" in r}
+    notes = report.get("notes") or []
+    lines = [*(f"note: {n}" for n in notes), *([""] if notes else []), *TABLE_HEAD]
+    lines += [_table_row(n, r) for n, r in scored.items()]
+    for name, r in scored.items():
+        prefix = f"{name}: " if len(reports) > 1 else ""
+        block = []
+        if r["predictions_outside_selection"]:
+            block.append(f"{prefix}{r['predictions_outside_selection']} prediction(s) outside the selected rows were "
+                         "not scored.")
+        errors = r.get("error_rows") or []
+        if errors:
+            block.append(f"{prefix}{len(errors)} decision(s) could not be scored and count as errors:")
+            block += [f"- {e['message']}" for e in errors[:ERROR_ROWS_SHOWN]]
+            if len(errors) > ERROR_ROWS_SHOWN:
+                block.append(f"- ... and {len(errors) - ERROR_ROWS_SHOWN} more (all in --json: error_rows)")
+        block += [f"warning: {prefix}{w}" for w in r.get("warnings") or []]
+        lines += ["", *block] if block else []
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="noulengine score", description=__doc__.split("\n")[0])
-    p.add_argument("--suite", required=True, help="suite name (e.g. agnews)")
-    p.add_argument("--predictions", required=True, help="JSONL predictions file")
+def build_parser() -> argparse.ArgumentParser:
+    doc = __doc__.split("\n\n", 1)
+    p = argparse.ArgumentParser(prog="noulengine score", description=doc[0].replace("``", ""),
+                                epilog=doc[1].replace("``", "`"), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", required=True, help="a suite (agnews), group (jevbench) or collection (accuracy-v1)")
+    p.add_argument("--predictions", required=True, help="JSONL predictions file (format below)")
     p.add_argument("--source", help="raw data folder")
     p.add_argument("--output", help="write the metrics JSON here")
     p.add_argument("--sample", type=int, help="score the fixed-seed sample of N rows that eval --sample N selects")
     p.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
-    p.add_argument("--predicted-only", action="store_true",
-                   help="score only rows that have a prediction; missing rows are counted, not scored as errors")
+    rows = p.add_mutually_exclusive_group()
+    rows.add_argument("--predicted-only", action="store_true",
+                      help="score only rows that have a prediction (the default; missing rows are counted, not scored)")
+    rows.add_argument("--count-missing", action="store_true",
+                      help="score every selected row, those without a prediction as errors (lowers coverage)")
     p.add_argument("--json", action="store_true", help="print the full metrics JSON instead of the short table")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from noulengine.eval.suites.errors import SuiteError
+
+    args = build_parser().parse_args(argv)
     if args.sample is not None and args.sample < 1:
         print("error: --sample must be at least 1", file=sys.stderr)
         return 2
     try:
         report = score_file(args.suite, args.predictions, source=args.source, sample=args.sample, seed=args.seed,
-                            predicted_only=args.predicted_only)
-    except (ValueError, OSError) as exc:
+                            count_missing=args.count_missing)
+    except (ValueError, OSError, SuiteError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     text = json.dumps(report, indent=2, allow_nan=False)
     if args.output:
         Path(args.output).write_text(text + "\n")
-    print(text if args.json else summary_table(args.suite, report))
+    if args.json:
+        for note in report.get("notes") or []:  # said first, also when stdout is JSON
+            print(f"note: {note}", file=sys.stderr)
+        print(text)
+    else:
+        print(summary_table(args.suite, report))
     return 0
 
 

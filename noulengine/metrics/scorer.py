@@ -27,6 +27,9 @@ Report keys (every metric in float64, ``None`` where no decision qualifies, neve
 * ``rows_all_correct``: share of rows whose hard-labelled fields are all correct.
 * ``nll``, ``brier``, ``ece``: hard-label scores over scored hard-labelled decisions; confidence
   for ECE is the maximum normalised probability (the answer's own ``confidence`` is not used).
+* ``nll_floored``: how many of those decisions put a gold probability at or below the NLL floor
+  (``1e-12``): each adds ``-log(1e-12) = 27.6`` nats to ``nll`` whatever its true probability, so
+  a few of them can dominate it; ``warnings`` says so when there are any.
 * ``ordinal``: ``{"n", "mae", "rps"}`` over scored hard-labelled ``score`` decisions.
 * ``distribution``: ``{"n", "kl", "brier_vs_distribution", "tvd", "status"}`` over scored
   decisions with a gold distribution; ``status`` is ``"unavailable"`` (values ``None``) when none.
@@ -46,6 +49,7 @@ Report keys (every metric in float64, ``None`` where no decision qualifies, neve
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -265,18 +269,23 @@ def summarize(decisions: Sequence[Decision], *, n_bins: int = N_BINS) -> dict:
     out["rows_all_correct"] = sum(rows.values()) / len(rows) if rows else None
     out["rows"] = len(rows)
 
-    out.update({"nll": None, "brier": None, "ece": None, "slots": []})
+    out.update({"nll": None, "nll_floored": 0, "brier": None, "ece": None, "slots": []})
     if hard_scored:
         p = _padded([d.probs for d in hard_scored])
         y = torch.tensor([d.gold for d in hard_scored], dtype=torch.int64)
         correct = (p.argmax(dim=1) == y).to(torch.float64)
         out["nll"] = _f(F.nll(p, y))
+        out["nll_floored"] = int((p.gather(1, y[:, None]).squeeze(1) <= F.PROB_FLOOR).sum())
         out["brier"] = _f(F.brier(p, y))
         out["ece"] = _f(expected_calibration_error(p.max(dim=1).values, correct, n_bins))
         out["slots"] = slot_shares(p.argmax(dim=1), y, num_slots=p.shape[1])
 
     out["baselines"] = baselines(hard)
     out["warnings"] = baseline_warnings(out["accuracy"], out["baselines"])
+    if out["nll_floored"]:
+        out["warnings"].append(f"{out['nll_floored']} of {len(hard_scored)} scored decisions gave the gold label a "
+                               f"probability at or below the NLL floor {F.PROB_FLOOR:g}; each adds "
+                               f"{-math.log(F.PROB_FLOOR):.1f} nats to NLL")
 
     ordinal = [d for d in hard_scored if d.type == "score"]
     out["ordinal"] = {"n": len(ordinal), "mae": None, "rps": None}

@@ -21,11 +21,12 @@ from noulengine.eval.suites.hashing import sha256_file
 from noulengine.eval.suites.jevbench import canonical_from_jevbench, parse_jevbench
 from noulengine.eval.suites.paths import benchmarks_root, resolve_data_dir
 from noulengine.eval.suites.registry import (collection_manifest, default_tasks, expand_tasks, get_suite,
-                                             list_suites, register_suite)
+                                             list_suites, register_suite, resolve_suites)
 from noulengine.eval.suites.sampling import limit_rows, sample_rows, select_rows
 from noulengine.eval.suites.suite import Suite, SuiteStatus
 
 __all__ = ["HashMismatchError", "PreparedFileChangedError", "SourceFileChangedError", "Suite", "SuiteError",
            "SuiteStatus", "SuiteUnavailableError", "UnknownSuiteError", "benchmarks_root", "canonical_from_jevbench",
            "collection_manifest", "default_tasks", "expand_tasks", "get_suite", "limit_rows", "list_suites",
-           "parse_jevbench", "register_suite", "resolve_data_dir", "sample_rows", "select_rows", "sha256_file"]
+           "parse_jevbench", "register_suite", "resolve_data_dir", "resolve_suites", "sample_rows", "select_rows",
+           "sha256_file"]

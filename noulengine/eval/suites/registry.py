@@ -70,8 +70,21 @@ def _groups() -> dict[str, list[str]]:
     return groups
 
 
+def _collections() -> dict[str, list[str]]:
+    """Collection name -> its default task list, for every ``benchmarks/<collection>/manifest.json``
+    that lists ``"suites"``."""
+    out: dict[str, list[str]] = {}
+    root = benchmarks_root()
+    for path in sorted(root.glob(f"*/{MANIFEST}")) if root.is_dir() else []:
+        suites = read_manifest(path).get("suites")
+        if isinstance(suites, list):
+            out[path.parent.name] = list(suites)
+    return out
+
+
 def _unknown(name: str, known: list[str]) -> UnknownSuiteError:
-    return UnknownSuiteError(name, difflib.get_close_matches(name, known, n=3, cutoff=0.5), known)
+    others = [k for k in known if k != name]  # never "did you mean" the name itself
+    return UnknownSuiteError(name, difflib.get_close_matches(name, others, n=3, cutoff=0.5), others)
 
 
 def get_suite(name: str) -> Suite:
@@ -79,11 +92,37 @@ def get_suite(name: str) -> Suite:
 
     Raises:
         UnknownSuiteError: no such suite; the message suggests close names ("did you mean ...").
+        SuiteError: ``name`` is a group or a collection of suites (the message lists them; see
+            :func:`resolve_suites`).
     """
     suites = _discover()
     if name in suites:
         return suites[name]
-    raise _unknown(name, sorted(suites) + sorted(_groups()))
+    groups, collections = _groups(), _collections()
+    for kind, table in (("group", groups), ("collection", collections)):
+        if name in table:
+            raise SuiteError(f"{name!r} is a {kind} of suites ({', '.join(table[name])}), not one suite")
+    raise _unknown(name, sorted(suites) + sorted(groups))
+
+
+def resolve_suites(name: str) -> tuple[str, list[str]]:
+    """What a name given as ``--suite`` stands for, as ``eval`` runs it.
+
+    Returns:
+        ``(kind, suite names)``: ``("suite", [name])`` for a suite, ``("group", members)`` for a
+        group (``jevbench``), ``("collection", default tasks)`` for a collection (``accuracy-v1``).
+
+    Raises:
+        UnknownSuiteError: none of these; the message suggests close names.
+    """
+    suites, groups, collections = _discover(), _groups(), _collections()
+    if name in suites:
+        return "suite", [name]
+    if name in groups:
+        return "group", expand_tasks([name])
+    if name in collections:
+        return "collection", expand_tasks(collections[name])
+    raise _unknown(name, sorted(suites) + sorted(groups) + sorted(collections))
 
 
 def expand_tasks(names: list[str] | None = None, collection: str = DEFAULT_COLLECTION) -> list[str]:
