@@ -505,3 +505,55 @@ def test_score_answers_name_their_level_text(client):
     assert d["level_texts"] == {"0": "none", "1": "low", "2": "high"} and d["level_text"] == d["level_texts"][d["label"]]
     page = client.get("/").text
     assert "level_texts" in page and '"yes/no"' in page
+
+
+# -- one validation path for both routes (issue #25, items 15 and 16) ----------------------------
+
+_DEEP = "[" * 600 + "]" * 600
+BAD_VALUES = [  # (raw body, loc on both routes, type)
+    ('{"state":"s","questions":{"q":{"type":"choice","instructions":"x","criteria":{"a":[1e400],"b":null}}}}',
+     ["body", "questions", "q", "criteria", "a", 0], "finite_number"),
+    ('{"state":"s","questions":{"q":{"type":"score","instructions":"x","criteria":["low",{"v":-1e400}]}}}',
+     ["body", "questions", "q", "criteria", 1, "v"], "finite_number"),
+    ('{"state":"s","questions":{"q":{"type":"noul","instructions":"x","criteria":{"true":[1e400]}}}}',
+     ["body", "questions", "q", "criteria", "true", 0], "finite_number"),
+    ('{"state":{"n":1e999},"questions":{"q":{"type":"noul","instructions":"x"}}}', ["body", "state", "n"], "finite_number"),
+    ('{"state":"s","questions":{"\\ud800":{"type":"bogus","instructions":"x"}}}', ["body", "questions"], "string_unicode"),
+    ('{"state":"s","questions":{"q":{"type":"noul","instructions":"x","criteria":{"\\udfff":"y"}}}}',
+     ["body", "questions", "q", "criteria"], "string_unicode"),
+    ('{"state":"s","questions":{"q":{"type":"choice","instructions":"x","criteria":{"a\\udc00b":"y","c":null}}}}',
+     ["body", "questions", "q", "criteria"], "string_unicode"),
+    ('{"state":"s","questions":{"q":{"type":"choice","instructions":"x","criteria":{"a":%s,"b":null}}}}' % _DEEP,
+     ["body", "questions", "q"], "too_deep"),
+]
+
+
+@pytest.mark.parametrize("path", ["/v1/systemone", "/v1/decide"])
+@pytest.mark.parametrize("body,loc,type_", BAD_VALUES, ids=[f"bad{i}" for i in range(len(BAD_VALUES))])
+def test_bad_json_values_get_the_same_422_on_both_routes(client, path, body, loc, type_):
+    """1e400 (read as infinity), lone surrogates in ids and keys, and over-deep nesting: a 422
+    naming the field, the same on both routes, never a 500 while rendering or echoing it."""
+    r = client.post(path, content=body.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text[:300]
+    r.content.decode("utf-8")  # strict UTF-8: no lone surrogate reached the client
+    item = strict_json(r)["detail"][0]
+    assert (item["loc"], item["type"]) == (loc, type_), item
+
+
+def test_errors_that_echo_a_lone_surrogate_are_escaped():
+    from noulengine.serve.responses import ApiError, ValidationFailure
+
+    body = ValidationFailure(["questions", "\ud800", "type"], "got '\udfff'").response().body.decode("utf-8")
+    assert json.loads(body)["detail"][0] == {"loc": ["body", "questions", "\\ud800", "type"], "msg": "got '\\udfff'",
+                                              "type": "value_error"}
+    assert "\\udc00" in json.loads(ApiError(400, "x", "a\udc00").response().body.decode("utf-8"))["detail"]["message"]
+
+
+def test_systemone_translation_runs_the_shared_checks():
+    """translate_request refuses what /v1/decide's frame check refuses (called alone, too)."""
+    from noulengine.serve.responses import ValidationFailure
+    from noulengine.serve.systemone import translate_request
+
+    with pytest.raises(ValidationFailure) as err:
+        translate_request({"state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": [float("inf")], "b": None}}}})
+    assert err.value.items[0]["loc"] == ["body", "questions", "q", "criteria", "a", 0]

@@ -2,7 +2,9 @@
 
 Routes: ``GET /`` (demo page), ``GET /healthz``, ``GET /metrics``, ``GET /v1/models``, ``GET /v1/limits``,
 ``POST /v1/systemone`` (Jev-compatible) and ``POST /v1/decide`` (canonical requests, engine
-output format). All inference goes through one :class:`~noulengine.serve.worker.BatchWorker`.
+output format), ``GET /openapi.json`` and ``GET /docs`` (the bodies as
+:mod:`noulengine.serve.schemas` declares them). All inference goes through one
+:class:`~noulengine.serve.worker.BatchWorker`.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import HTMLResponse, PlainTextResponse
 
+from noulengine import __version__
 from noulengine.records.errors import RecordError, SizeLimitError
 from noulengine.records.images import check_image_list
 from noulengine.records.loader import _no_duplicate_keys
@@ -26,9 +30,11 @@ from noulengine.serve import systemone
 from noulengine.serve.auth import check_key
 from noulengine.serve.config import ROUTES, ServeConfig
 from noulengine.serve.demo import DEMO_HTML
-from noulengine.serve.limits import BodyLimitMiddleware, check_question_count
+from noulengine.serve.limits import BodyLimitMiddleware
 from noulengine.serve.metrics import Metrics, MetricsMiddleware
 from noulengine.serve.responses import ApiError, FiniteJSONResponse, ValidationFailure, record_error_failure
+from noulengine.serve.schemas import openapi_document
+from noulengine.serve.validation import check_body, check_json_values
 from noulengine.serve.worker import BatchWorker, QueueFull
 
 log = logging.getLogger("noulengine.serve")
@@ -97,8 +103,21 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         finally:
             await run_in_threadpool(worker.stop)
 
-    app = FastAPI(title="noulengine", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
-                  default_response_class=FiniteJSONResponse)
+    app = FastAPI(title="noulengine", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None,
+                  openapi_url="/openapi.json", default_response_class=FiniteJSONResponse,
+                  description="Decision-model service: `POST /v1/systemone` (the Jev contract) and `POST /v1/decide` "
+                              "(the engine's canonical format). Bodies are strict JSON (no NaN/Infinity, no "
+                              "duplicate keys, Content-Type application/json).")
+
+    def openapi() -> dict:
+        """The OpenAPI 3.1 document: the bodies as :mod:`noulengine.serve.schemas` declares them."""
+        if app.openapi_schema is None:
+            base = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            app.openapi_schema = openapi_document(base, {r: config.question_cap(r) for r in ROUTES},
+                                                  keyed=config.api_key is not None, models=tuple(accepted_models))
+        return app.openapi_schema
+
+    app.openapi = openapi
     app.state.engine, app.state.worker, app.state.metrics, app.state.config = engine, worker, metrics, config
 
     # -- error shapes ---------------------------------------------------------------------------
@@ -194,7 +213,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         return FiniteJSONResponse({"status": "ok" if ok else "unavailable", "model": config.model_name,
                                    "queue_depth": worker.depth}, status_code=200 if ok else 503)
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics_text(request: Request):
         """Prometheus text format."""
         check_key(request.headers, config.api_key)
@@ -249,13 +268,11 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         """Canonical requests (``state``, ``images``, ``questions``, ``id``) -> ``Decision.to_dict()``."""
         check_key(request.headers, config.api_key)
         body = await read_json(request)
-        if not isinstance(body, dict):
-            raise ValidationFailure([], f"the body must be a JSON object, got {type(body).__name__}",
-                                    "model_attributes_type")
-        if "id" in body and body["id"] is not None and not isinstance(body["id"], str):
-            raise ValidationFailure(["id"], "id must be a string", "string_type")
-        if isinstance(body.get("questions"), dict):
-            check_question_count(body["questions"], config.question_cap("decide"), "/v1/decide")
+        check_body(body, "/v1/decide", config.question_cap("decide"))  # the frame /v1/systemone checks too
+        if "id" in body and body["id"] is not None:
+            if not isinstance(body["id"], str):
+                raise ValidationFailure(["id"], "id must be a string", "string_type")
+            check_json_values(body["id"], ["id"])
         parsed = await parse_canonical(body)
         decision = await run_decision(parsed)
         return finite(decision.to_dict())

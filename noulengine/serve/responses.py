@@ -3,7 +3,9 @@
 * validation errors: 422 ``{"detail": [{"loc": ["body", ...], "msg", "type"}]}``;
 * other errors: ``{"detail": {"error_type", "message"}}`` with their own status.
 
-Bodies are rendered with ``allow_nan=False``: NaN or Infinity can never reach a client.
+Bodies are rendered with ``allow_nan=False``: NaN or Infinity can never reach a client. Text that
+an error echoes from the request (a ``loc`` entry, a message) is made printable UTF-8 first
+(:func:`safe_text`): a lone surrogate there would otherwise fail while the error is rendered.
 """
 
 from __future__ import annotations
@@ -12,6 +14,16 @@ import json
 from typing import Any
 
 from starlette.responses import Response
+
+
+def safe_text(value: Any) -> Any:
+    """A string that UTF-8 can encode: lone surrogates become ``\\udXXX`` escapes (other values as they are)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
 
 
 class FiniteJSONResponse(Response):
@@ -27,6 +39,7 @@ class ApiError(Exception):
     """An error answered as ``{"detail": {"error_type", "message"}}`` with ``status``."""
 
     def __init__(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None):
+        message = safe_text(message)
         super().__init__(message)
         self.status = status
         self.error_type = error_type
@@ -43,8 +56,9 @@ class ValidationFailure(Exception):
     """A request body that breaks a rule: answered 422 with ``detail[]``."""
 
     def __init__(self, loc: list, msg: str, type_: str = "value_error"):
+        msg = safe_text(msg)
         super().__init__(msg)
-        self.items = [{"loc": ["body", *loc], "msg": msg, "type": type_}]
+        self.items = [{"loc": ["body", *(safe_text(x) for x in loc)], "msg": msg, "type": type_}]
 
     def response(self) -> FiniteJSONResponse:
         """The 422 response for this failure."""

@@ -19,8 +19,8 @@ import math
 from typing import Any
 
 from noulengine.records.schema import canonical_json
-from noulengine.serve.limits import check_question_count
 from noulengine.serve.responses import ValidationFailure
+from noulengine.serve.validation import check_body
 
 QUESTION_TYPES = ("noul", "choice", "score")
 
@@ -114,20 +114,12 @@ def translate_request(body: Any, max_questions: int | None = None) -> tuple[dict
             for no cap.
 
     Raises:
-        ValidationFailure: a missing ``state``/``questions``, more questions than the cap, or a
+        ValidationFailure: a missing ``state``/``questions``, more questions than the cap, a
+            non-finite number or lone surrogate anywhere in them
+            (:func:`noulengine.serve.validation.check_body`, shared with ``/v1/decide``), or a
             malformed question.
     """
-    if not isinstance(body, dict):
-        raise ValidationFailure([], f"the body must be a JSON object, got {type(body).__name__}", "model_attributes_type")
-    if "state" not in body:
-        raise ValidationFailure(["state"], "state is required (a string, object or array)", "missing")
-    qs = body.get("questions")
-    if not isinstance(qs, dict):
-        raise ValidationFailure(["questions"], "questions is required: an object of question id -> question",
-                                "missing" if qs is None else "dict_type")
-    if not qs:
-        raise ValidationFailure(["questions"], "questions must not be empty", "too_short")
-    check_question_count(qs, max_questions, "/v1/systemone")
+    qs = check_body(body, "/v1/systemone", max_questions)  # the frame and JSON values, as /v1/decide checks them
     questions = {qid: translate_question(qid, q) for qid, q in qs.items()}
     legends = {qid: {str(i): lvl for i, lvl in enumerate(q["criteria"])}
                for qid, q in qs.items() if q.get("type") == "score"}

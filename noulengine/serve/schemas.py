@@ -1,0 +1,426 @@
+"""Typed (pydantic) models of the HTTP bodies, and the OpenAPI document built from them.
+
+The routes still parse bodies by hand (strict JSON: no NaN/Infinity or duplicate keys, 415 for
+other content types, the rule-naming 422 ``detail[]`` shape and the status codes the Jev contract
+fixes). These models declare what those parsers accept and what the routes answer, so that
+``GET /openapi.json`` describes the service: clients generate bindings from it and
+schema-based fuzzers start from it (``tests/test_serve_openapi.py`` checks every answer of the
+service against it). A request the document admits can still be refused by rules no JSON
+Schema states (a noul question needs instructions or criteria; score keys must be exactly
+``0..n-1``; the prompt must fit the model's context): those answer 422 or 413 as documented.
+
+The per-route question caps are server settings (``noulengine serve --max-questions``):
+:func:`openapi_document` writes this server's caps into ``maxProperties``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from noulengine.records.schema import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS
+
+# -- shared pieces ------------------------------------------------------------------------------
+
+NonBlank = Annotated[str, StringConstraints(pattern=r"\S")]
+"""A string with at least one non-whitespace character."""
+
+JsonText = Union[str, dict[str, Any], list[Any]]
+"""Text the engine reads: a string as it is, an object or array rendered as JSON."""
+
+Description = Union[str, dict[str, Any], list[Any], None]
+
+Instructions = Union[NonBlank, Annotated[dict[str, Any], Field(min_length=1)], Annotated[list[Any], Field(min_length=1)]]
+
+JevInstructions = Union[str, Annotated[dict[str, Any], Field(min_length=1)], Annotated[list[Any], Field(min_length=1)], None]
+"""The Jev contract's instructions: missing, null or blank ones are filled in (choice, score) or
+taken from the criteria (noul)."""
+
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+_NON_BLANK_TEXT = {"anyOf": [{"type": "string", "pattern": r"\S"}, {"type": "object", "minProperties": 1},
+                             {"type": "array", "minItems": 1}]}
+_NOUL_NEEDS = {"anyOf": [
+    {"required": ["instructions"], "properties": {"instructions": _NON_BLANK_TEXT}},
+    {"required": ["criteria"], "properties": {"criteria": {"type": "object", "anyOf": [
+        {"required": ["true"], "properties": {"true": {"not": {"type": "null"}}}},
+        {"required": ["false"], "properties": {"false": {"not": {"type": "null"}}}}]}}},
+]}
+
+State = Annotated[Any, Field(description="The evidence: any JSON value (a plain string is read as text).")]
+
+
+class ImageObject(BaseModel):
+    """An image inline: its MIME type and base64 bytes (a ``data:`` URL in ``data`` is accepted too)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["image/png", "image/jpeg", "image/webp", "image/gif"]
+    data: str
+
+
+ImageIn = Union[ImageObject, Annotated[str, StringConstraints(pattern=r"^data:")]]
+Images = Annotated[Union[list[ImageIn], None], Field(
+    description="Images, in order: `{type, data}` objects or base64 `data:` URLs (never paths or remote URLs). "
+                "A text-only model answers them 400 unsupported_modality.")]
+
+
+# -- /v1/systemone request (the Jev contract) -----------------------------------------------------
+
+class JevNoulCriteria(BaseModel):
+    """What ``true`` and ``false`` mean."""
+
+    model_config = ConfigDict(extra="forbid")
+    true: Description = None
+    false: Description = None
+
+
+class JevNoulQuestion(BaseModel):
+    """A yes/no question. Needs ``instructions`` or a non-null ``criteria.true`` / ``criteria.false``."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra=_NOUL_NEEDS)
+    type: Literal["noul"]
+    instructions: JevInstructions = None
+    criteria: Union[JevNoulCriteria, None] = None
+
+
+class JevChoiceQuestion(BaseModel):
+    """One option of an ordered option name -> description object (2 to 255 options)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["choice"]
+    instructions: JevInstructions = None
+    criteria: Annotated[dict[NonBlank, Description],
+                        Field(min_length=2, max_length=MAX_CHOICE_OPTIONS)]
+
+
+class JevScoreQuestion(BaseModel):
+    """An ordinal level ``0..n-1`` of an ordered list of level descriptions (2 to 10 levels)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["score"]
+    instructions: JevInstructions = None
+    criteria: Annotated[list[JsonText], Field(min_length=2, max_length=MAX_SCORE_LEVELS)]
+
+
+JevQuestion = Annotated[Union[JevNoulQuestion, JevChoiceQuestion, JevScoreQuestion], Field(discriminator="type")]
+
+
+class SystemOneRequest(BaseModel):
+    """A Jev request. Unknown top-level fields and unknown keys inside a question are ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    model: Union[str, None] = Field(None, description="The served name, `jev-latest` or `noul`; omitted: the served model.")
+    state: State
+    questions: Annotated[dict[Annotated[str, StringConstraints(min_length=1)], JevQuestion], Field(min_length=1)]
+    images: Images = None
+
+
+# -- /v1/decide request (the canonical format) -------------------------------------------------
+
+class NoulQuestion(BaseModel):
+    """A yes/no question; ``criteria`` keys are ``true``/``false`` or ``yes``/``no`` (any case, one per side)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["noul"]
+    instructions: Instructions
+    criteria: Union[dict[Annotated[str, StringConstraints(pattern=r"^([Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee]|[Yy][Ee][Ss]|[Nn][Oo])$")],
+                         Union[str, None]], None] = None
+    answer: Any = Field(None, description="Legacy gold label (evaluation only); never reaches the model.")
+
+
+class ChoiceQuestion(BaseModel):
+    """One label of an ordered label -> description object (2 to 255 labels)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["choice"]
+    instructions: Instructions
+    criteria: Annotated[dict[NonBlank, Union[str, None]], Field(min_length=2, max_length=MAX_CHOICE_OPTIONS)]
+    answer: Any = Field(None, description="Legacy gold label (evaluation only); never reaches the model.")
+
+
+class ScoreQuestion(BaseModel):
+    """A level ``0..n-1`` (2 to 10 levels): a list of level descriptions, or an object keyed exactly ``"0".."n-1"``."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["score"]
+    instructions: Instructions
+    criteria: Union[Annotated[list[Union[str, None]], Field(min_length=2, max_length=MAX_SCORE_LEVELS)],
+                    Annotated[dict[Annotated[str, StringConstraints(pattern=r"^(0|[1-9])$")], Union[str, None]],
+                              Field(min_length=2, max_length=MAX_SCORE_LEVELS)]]
+    answer: Any = Field(None, description="Legacy gold label (evaluation only); never reaches the model.")
+
+
+Question = Annotated[Union[NoulQuestion, ChoiceQuestion, ScoreQuestion], Field(discriminator="type")]
+
+
+class DecideRequest(BaseModel):
+    """A canonical request. Unknown top-level keys are metadata that never reaches the model;
+    an unknown key inside a question is refused (422 naming it)."""
+
+    model_config = ConfigDict(extra="allow")
+    id: Union[str, None] = Field(None, description="Echoed in the answer; never reaches the model.")
+    state: State
+    questions: Annotated[dict[Annotated[str, StringConstraints(min_length=1)], Question], Field(min_length=1)]
+    images: Images = None
+
+
+# -- /v1/systemone response ---------------------------------------------------------------------
+
+class JevNoulAnswer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["noul"]
+    noul: Probability = Field(description="P(true).")
+
+
+class JevChoiceAnswer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["choice"]
+    choice: str = Field(description="The most probable option.")
+    probabilities: dict[str, Probability] = Field(description="Option name -> p, in criteria order.")
+    confidence: Probability = Field(description="(max p - 1/n) / (1 - 1/n).")
+
+
+class JevScoreAnswer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["score"]
+    score: Annotated[float, Field(ge=0.0)] = Field(description="The expected level.")
+    legend: dict[str, JsonText] = Field(description="Level -> its description as given.")
+    probabilities: dict[str, Probability] = Field(description="Level (\"0\", \"1\", ...) -> p.")
+    confidence: Probability = Field(description="1 - spread around the mode / the uniform distribution's spread.")
+    x_level: str = Field(description="The most probable level.")
+    x_level_text: JsonText = Field(description="That level's description.")
+
+
+JevAnswer = Annotated[Union[JevNoulAnswer, JevChoiceAnswer, JevScoreAnswer], Field(discriminator="type")]
+
+
+class JevUsage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    input_tokens: Annotated[int, Field(ge=0)]
+    output_tokens: Literal[0]
+
+
+class SystemOneResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(description="The served model's name.")
+    answers: dict[str, JevAnswer] = Field(description="Question id -> answer, in question order.")
+    usage: JevUsage
+
+
+# -- /v1/decide response ------------------------------------------------------------------------
+
+class _EngineAnswer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    labels: list[str] = Field(description="Candidate labels in criteria order.")
+    probabilities: dict[str, Probability] = Field(description="Label -> p (after temperature), summing to 1.")
+    confidence: Probability = Field(description="max p.")
+    label: str = Field(description="The argmax label.")
+    logprobs: list[float] = Field(description="The candidates' log-probabilities before temperature.")
+    x_mass: Annotated[float, Field(ge=0.0)] = Field(description="The candidates' raw probability mass before "
+                                                               "renormalisation (near 0: the model wanted to say something else).")
+    readout: str
+    temperature: Annotated[float, Field(gt=0.0)]
+    debias: str
+    flip_rate: Union[Probability, None] = Field(None, description="With permutation debiasing only.")
+
+
+class NoulAnswer(_EngineAnswer):
+    type: Literal["noul"]
+    noul: Probability = Field(description="P(yes).")
+
+
+class ChoiceAnswer(_EngineAnswer):
+    type: Literal["choice"]
+    choice: str = Field(description="The argmax label.")
+
+
+class ScoreAnswer(_EngineAnswer):
+    type: Literal["score"]
+    score: Annotated[float, Field(ge=0.0)] = Field(description="The expected level.")
+    level_texts: dict[str, Union[str, None]] = Field(description="Level -> its description as given.")
+    level_text: Union[str, None] = Field(description="The argmax level's description.")
+
+
+EngineAnswer = Annotated[Union[NoulAnswer, ChoiceAnswer, ScoreAnswer], Field(discriminator="type")]
+
+
+class DecideUsage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    input_tokens: Annotated[int, Field(ge=0)]
+
+
+class DecideResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: Union[str, None]
+    answers: dict[str, EngineAnswer] = Field(description="Question id -> answer, in question order.")
+    usage: DecideUsage
+    latency_s: Annotated[float, Field(ge=0.0)]
+    error: None = Field(description="Always null in a 200 answer.")
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+class ValidationItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    loc: list[Union[str, int]] = Field(description='Where: ["body", field, ...].')
+    msg: str = Field(description="The rule broken.")
+    type: str = Field(description="The kind of rule (missing, literal_error, too_long, finite_number, ...).")
+
+
+class ValidationErrorResponse(BaseModel):
+    """422: the body breaks a rule."""
+
+    model_config = ConfigDict(extra="forbid")
+    detail: list[ValidationItem] = Field(min_length=1)
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    error_type: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    """Every other error."""
+
+    model_config = ConfigDict(extra="forbid")
+    detail: ErrorDetail
+
+
+# -- the other routes ---------------------------------------------------------------------------
+
+class ModelInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str
+    release_date: str
+    x_aliases: list[str]
+    x_modalities: list[Literal["text", "image"]]
+
+
+class ModelsResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    models: list[ModelInfo]
+
+
+class ImageLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    accepted: bool
+    max_images: int
+    max_image_bytes: int
+    max_total_image_bytes: int
+    max_image_pixels: int
+    types: list[str]
+
+
+class LimitsResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_questions: dict[str, Union[Annotated[int, Field(ge=1)], None]]
+    max_body_bytes: int
+    images: ImageLimits
+
+
+class HealthResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    status: Literal["ok", "unavailable"]
+    model: str
+    queue_depth: Annotated[int, Field(ge=0)]
+
+
+# -- the document -------------------------------------------------------------------------------
+
+_ERROR_TEXT = {
+    400: "Unsupported modality (images on a text-only model) or a request the tokenizer cannot take.",
+    401: "Missing or wrong API key.",
+    404: "Unknown model.",
+    408: "The body was not received in time.",
+    413: "The body, an image or the prompt is over a limit.",
+    415: "A Content-Type other than application/json.",
+    422: "The body breaks a rule: detail[] names the field (loc) and the rule (msg, type).",
+    429: "The queue is full (Retry-After).",
+    500: "The model produced a non-finite number (never the client's fault).",
+    503: "The worker is stopped or no answer came in time (Retry-After).",
+}
+
+# route -> (method, request model or None, 200 model, error statuses, needs the key)
+ROUTE_MODELS = {
+    "/v1/systemone": ("post", SystemOneRequest, SystemOneResponse,
+                      (400, 401, 404, 408, 413, 415, 422, 429, 500, 503), True),
+    "/v1/decide": ("post", DecideRequest, DecideResponse, (400, 401, 408, 413, 415, 422, 429, 500, 503), True),
+    "/v1/models": ("get", None, ModelsResponse, (401,), True),
+    "/v1/limits": ("get", None, LimitsResponse, (), False),
+    "/healthz": ("get", None, HealthResponse, (), False),
+}
+_CAP_ROUTES = {"/v1/systemone": "systemone", "/v1/decide": "decide"}
+
+
+def _ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict) -> dict:
+    return {"application/json": {"schema": schema}}
+
+
+def component_schemas() -> dict:
+    """Every model's JSON Schema (2020-12, as OpenAPI 3.1 takes it), keyed by component name."""
+    from pydantic.json_schema import models_json_schema
+
+    models = {m for _, req, resp, _, _ in ROUTE_MODELS.values() for m in (req, resp) if m is not None}
+    models |= {ValidationErrorResponse, ErrorResponse}
+    _, top = models_json_schema([(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
+                                ref_template="#/components/schemas/{model}")
+    return top["$defs"]
+
+
+def openapi_document(base: dict, caps: dict, keyed: bool, models: tuple = ()) -> dict:
+    """FastAPI's generated document (paths, info) with the two POST routes' bodies and every
+    route's answers declared from the models above; ``caps`` (``{"decide": 16, ...}``, None for
+    no cap) become ``maxProperties`` of each route's ``questions``; ``keyed`` adds the API-key
+    security schemes to the routes that need the key; ``models`` (the accepted model names) become
+    the enum of ``/v1/systemone``'s ``model``."""
+    doc = dict(base)
+    components = dict(doc.get("components") or {})
+    schemas = dict(components.get("schemas") or {})
+    schemas.update(component_schemas())
+    if models:
+        model = schemas["SystemOneRequest"]["properties"]["model"]
+        schemas["SystemOneRequest"]["properties"]["model"] = {
+            **model, "anyOf": [{"type": "string", "enum": sorted(models)}, {"type": "null"}],
+            "description": "One of the names this server accepts (its own and the aliases, GET /v1/models); "
+                           "null or omitted: the served model. Any other name: 404 model_not_found."}
+    for route, name in _CAP_ROUTES.items():
+        cap = caps.get(name)
+        req = ROUTE_MODELS[route][1].__name__
+        questions = dict(schemas[req]["properties"]["questions"])
+        questions.pop("maxProperties", None)
+        if cap is not None:
+            questions["maxProperties"] = cap
+        questions["description"] = (f"Question id -> question, 1 to {cap} (this server's --max-questions "
+                                    f"{name}={cap})." if cap is not None else "Question id -> question (no cap here).")
+        schemas[req] = {**schemas[req], "properties": {**schemas[req]["properties"], "questions": questions}}
+    schemas.pop("HTTPValidationError", None)
+    schemas.pop("ValidationError", None)
+    components["schemas"] = schemas
+    if keyed:
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"},
+                                         "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"}}
+    doc["components"] = components
+    paths = {p: dict(ops) for p, ops in (doc.get("paths") or {}).items()}
+    for route, (method, req, resp, errors, needs_key) in ROUTE_MODELS.items():
+        op = dict(paths.get(route, {}).get(method) or {})
+        if req is not None:
+            op["requestBody"] = {"required": True, "content": _json(_ref(req.__name__))}
+        responses = {"200": {"description": "OK", "content": _json(_ref(resp.__name__))}}
+        for status in errors:
+            model = "ValidationErrorResponse" if status == 422 else "ErrorResponse"
+            responses[str(status)] = {"description": _ERROR_TEXT[status], "content": _json(_ref(model))}
+        if route == "/healthz":
+            responses["503"] = {"description": "The worker is not running.", "content": _json(_ref(resp.__name__))}
+        op["responses"] = responses
+        if keyed and needs_key:
+            op["security"] = [{"bearer": []}, {"apiKey": []}]
+        paths.setdefault(route, {})[method] = op
+    doc["paths"] = paths
+    return doc

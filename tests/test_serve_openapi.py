@@ -1,0 +1,179 @@
+"""The service's OpenAPI document, and a schema-based fuzz test of every route against it.
+
+The fuzz test serves a tiny random model over loopback (uvicorn in a thread), loads
+``/openapi.json`` with schemathesis and sends a fixed, derandomized number of generated requests
+per route: bodies the document admits and bodies it refuses, plus the same bodies with one value
+swapped for what Python's ``json`` reads badly (``1e400``, a lone-surrogate escape). Any 5xx, an
+undocumented status, a wrong content type or an answer that breaks its declared schema fails it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("httpx")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from noulengine import Engine  # noqa: E402
+from noulengine.serve.app import create_app  # noqa: E402
+from noulengine.serve.config import ServeConfig  # noqa: E402
+from tests.conftest import three_question_request  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_llama, tiny_tokenizer):
+    return Engine.from_model(tiny_llama, tiny_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def client(engine):
+    with TestClient(create_app(engine, ServeConfig(model_name="tiny"))) as c:
+        yield c
+
+
+def _validator(doc: dict, name: str):
+    jsonschema = pytest.importorskip("jsonschema")
+    return jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{name}", "components": doc["components"]})
+
+
+def test_openapi_document_declares_both_routes(client):
+    r = client.get("/openapi.json")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+    doc = r.json()
+    assert doc["openapi"].startswith("3.1")
+    paths = doc["paths"]
+    for route, req, resp in (("/v1/systemone", "SystemOneRequest", "SystemOneResponse"),
+                             ("/v1/decide", "DecideRequest", "DecideResponse")):
+        op = paths[route]["post"]
+        assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"] == f"#/components/schemas/{req}"
+        assert op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"] == f"#/components/schemas/{resp}"
+        assert op["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ValidationErrorResponse")
+        assert {"413", "415", "429"} <= set(op["responses"])
+        assert "security" not in op  # no key configured
+    assert "404" in paths["/v1/systemone"]["post"]["responses"]  # unknown model
+    schemas = doc["components"]["schemas"]
+    assert schemas["DecideRequest"]["properties"]["questions"]["maxProperties"] == 16
+    assert schemas["SystemOneRequest"]["properties"]["questions"]["maxProperties"] == 64
+    assert "HTTPValidationError" not in schemas  # FastAPI's default 422 shape is not what the service answers
+    docs = client.get("/docs")
+    assert docs.status_code == 200 and "/openapi.json" in docs.text
+
+
+def test_openapi_document_follows_the_server_settings(engine):
+    cfg = ServeConfig(model_name="tiny", api_key="k", max_questions={"decide": 3, "systemone": None})
+    with TestClient(create_app(engine, cfg)) as c:
+        doc = c.get("/openapi.json").json()  # public, like /healthz and /v1/limits
+        assert c.post("/v1/decide", json=three_question_request()).status_code == 401
+    schemas = doc["components"]["schemas"]
+    assert schemas["DecideRequest"]["properties"]["questions"]["maxProperties"] == 3
+    assert "maxProperties" not in schemas["SystemOneRequest"]["properties"]["questions"]
+    assert set(doc["components"]["securitySchemes"]) == {"bearer", "apiKey"}
+    assert doc["paths"]["/v1/decide"]["post"]["security"] == [{"bearer": []}, {"apiKey": []}]
+    assert "security" not in doc["paths"]["/v1/limits"]["get"]
+
+
+def test_real_answers_match_the_declared_schemas(client):
+    doc = client.get("/openapi.json").json()
+    jev_q = {"refund": {"type": "noul", "criteria": {"true": "wants money back"}},
+             "team": {"type": "choice", "instructions": "Which team?", "criteria": {"Billing": {"a": 1}, "Tech": None}},
+             "anger": {"type": "score", "instructions": "How angry?", "criteria": ["Calm", ["Upset"], "Angry"]}}
+    cases = [("/v1/decide", three_question_request(id="r"), "DecideResponse"),
+             ("/v1/systemone", {"model": "noul", "state": "s", "questions": jev_q}, "SystemOneResponse"),
+             ("/v1/decide", {"state": "s"}, "ValidationErrorResponse"),
+             ("/v1/systemone", {"model": "other", "state": "s", "questions": jev_q}, "ErrorResponse")]
+    for path, body, name in cases:
+        r = client.post(path, json=body)
+        errors = list(_validator(doc, name).iter_errors(r.json()))
+        assert not errors, (path, r.status_code, [e.message for e in errors][:3])
+    for path, name in (("/v1/models", "ModelsResponse"), ("/v1/limits", "LimitsResponse"), ("/healthz", "HealthResponse")):
+        assert not list(_validator(doc, name).iter_errors(client.get(path).json())), path
+
+
+def test_documented_requests_are_admitted_by_the_document(client):
+    """The document's request schemas admit what the routes answer 200 (it does not over-refuse)."""
+    doc = client.get("/openapi.json").json()
+    jev_q = {"refund": {"type": "noul", "instructions": "Money back?", "x_note": 1},
+             "team": {"type": "choice", "criteria": {"Billing": "Payments", "Technical": None}},
+             "anger": {"type": "score", "instructions": "", "criteria": ["Calm", {"label": "Upset"}, "Angry"]}}
+    body = {"model": "jev-latest", "state": {"t": 1}, "questions": jev_q, "x_other": 1}
+    assert not list(_validator(doc, "SystemOneRequest").iter_errors(body))
+    assert client.post("/v1/systemone", json=body).status_code == 200
+    req = three_question_request(id="r1", images=None)
+    req["questions"]["lvl"] = {"type": "score", "instructions": ["how", "much"], "criteria": {"1": "b", "0": None}}
+    req["questions"]["yn"] = {"type": "noul", "instructions": {"ask": "x"}, "criteria": {"YES": "y", "false": None}}
+    assert not list(_validator(doc, "DecideRequest").iter_errors(req))
+    assert client.post("/v1/decide", json=req).status_code == 200
+
+
+# -- the fuzz test -------------------------------------------------------------------------------
+
+FUZZ_EXAMPLES = {"/v1/systemone": 150, "/v1/decide": 150, "/v1/models": 5, "/v1/limits": 5, "/healthz": 5}
+_NUMBER = re.compile(r'(?:(?<=: )|(?<=, )|(?<=\[))-?\d+(\.\d+)?([eE][-+]?\d+)?(?=[,\]}])')
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+@pytest.fixture(scope="module")
+def served(engine):
+    schemathesis = pytest.importorskip("schemathesis")
+    from tests.live_server import live_server
+
+    with live_server(create_app(engine, ServeConfig(model_name="tiny"))) as url:
+        yield url, schemathesis.openapi.from_url(url + "/openapi.json")
+
+
+def _mutate(text: str, kind: str, index: int) -> str:
+    """``text`` with its ``index``-th number replaced by 1e400 / -1e400, or its ``index``-th string
+    (a key or a value) by a lone-surrogate escape."""
+    pattern = _NUMBER if kind.endswith("inf") else _STRING
+    found = list(pattern.finditer(text))
+    if not found:
+        return text
+    m = found[index % len(found)]
+    new = {"inf": "1e400", "-inf": "-1e400"}.get(kind, '"\\ud800"' if kind == "surrogate" else '"a\\udfffb"')
+    return text[:m.start()] + new + text[m.end():]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("route", list(FUZZ_EXAMPLES))
+def test_schema_fuzz_no_5xx_and_answers_match_the_document(served, route):
+    import httpx
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+    from schemathesis import GenerationMode
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.specs.openapi.checks import (content_type_conformance, response_schema_conformance,
+                                                   status_code_conformance)
+
+    url, schema = served
+    method = "POST" if route in ("/v1/systemone", "/v1/decide") else "GET"
+    op = schema[route][method]
+    checks = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+    cases = st.one_of(op.as_strategy(GenerationMode.POSITIVE), op.as_strategy(GenerationMode.NEGATIVE))
+    # half the bodies as generated, half with one value swapped for what Python's json reads badly
+    mutation = st.tuples(st.sampled_from(["none"] * 4 + ["inf", "-inf", "surrogate", "surrogate-inside"]),
+                         st.integers(min_value=0, max_value=1000))
+    statuses = []
+
+    @settings(max_examples=FUZZ_EXAMPLES[route], derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink])
+    @given(case=cases, mutation=mutation)
+    def run(case, mutation):
+        kind, index = mutation
+        if method == "GET" or kind == "none" or not isinstance(case.body, (dict, list)):
+            response = case.call(base_url=url, timeout=60)
+        else:
+            text = _mutate(json.dumps(case.body), kind, index)
+            response = httpx.post(url + route, content=text.encode(), headers={"content-type": "application/json"},
+                                  timeout=60)
+        statuses.append(response.status_code)
+        case.validate_response(response, checks=checks)
+
+    run()
+    assert statuses and all(s < 500 for s in statuses)
+    if method == "POST":  # both answers and refusals were checked against the document
+        assert 200 in statuses and 422 in statuses, sorted(set(statuses))
