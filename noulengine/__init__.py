@@ -9,10 +9,14 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):  # lazy: importing noulengine must not import torch/transformers
-    if name in ("Engine", "EngineConfig"):
-        from noulengine.engine import engine as _engine
+    if name == "EngineConfig":
+        from noulengine.engine.config import EngineConfig
 
-        return getattr(_engine, name)
+        return EngineConfig
+    if name == "Engine":
+        from noulengine.engine.engine import Engine
+
+        return Engine
     if name in ("Decision", "Answer"):
         from noulengine.engine import decision as _decision
 

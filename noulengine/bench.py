@@ -28,7 +28,6 @@ of a square-matmul peak measured in the same run, dtype and device.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -43,6 +42,7 @@ from pathlib import Path
 import torch
 
 from noulengine.bench_peer import PEER
+from noulengine.bench_cli import MODEL_CONFIGS, WORKLOAD_NAMES, parse_args  # noqa: F401 - re-exported
 from noulengine.compile.layout import CompiledRequest
 from noulengine.engine.decision import make_answer
 from noulengine.records.schema import Request
@@ -50,20 +50,6 @@ from noulengine.records.schema import Request
 DATA = Path(os.environ.get("NOULENGINE_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 # engine_tree: the engine with its causal path and prefix cache off (every request through the dense tree mask)
 VARIANTS = ("naive", "batched", "engine", "engine_tree")
-
-# Random-weight model configs at realistic sizes (values copied from the public configs).
-MODEL_CONFIGS = {
-    "smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                         num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
-                         rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True),
-    "llama-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                       num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-                       rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True),  # Qwen2.5-0.5B sizes
-    "llama-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                     num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
-                     rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False),  # Llama-3-8B sizes
-}
-
 
 # --------------------------------------------------------------------------- prompts
 @dataclass
@@ -321,7 +307,6 @@ def long_state_requests(max_chars: int, counts: tuple[int, ...] = QUESTION_COUNT
     return {n: Request(state=best.request.state, questions=tuple(questions[:n]), id=f"long{n}") for n in counts}
 
 
-WORKLOAD_NAMES = ("typed_decisions", "long_state_16q", "long_state_32q", "agnews_1q")  # build_workloads' order
 AGNEWS_SEED = 0  # issue #15's peer measurement: random.Random(0) shuffle of the test file, first N rows
 
 
@@ -588,38 +573,23 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(prog="noulengine bench", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="smaller workloads (under 3 minutes on a 2-core CPU)")
-    p.add_argument("--model", default=None, help="model directory or .gguf (default: the embedded default model)")
-    p.add_argument("--model-config", choices=sorted(MODEL_CONFIGS), default=None,
-                   help="random-weight Llama-style model at this config's size (tokenizer from --model)")
-    p.add_argument("--device", default=None)
-    p.add_argument("--dtype", default=None)
-    p.add_argument("--attn", choices=("sdpa", "flex"), default="sdpa", help="engine attention (flex: CUDA only)")
-    p.add_argument("--reps", type=int, default=None, help="timed repetitions per variant (default 1 quick, 2 full)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--output", default="bench-results/bench.json",
-                   help="JSON result path, a .md table is written beside it (default bench-results/bench.json, "
-                        "git-ignored)")
-    p.add_argument("--batch-tokens", type=int, default=None,
-                   help="padded tokens per forward pass for the engine and the padded batches (default the "
-                        "engine's, 8192)")
-    p.add_argument("--workloads", default=None,
-                   help="comma-separated workloads to run (default all: typed_decisions, long_state_16q, "
-                        "long_state_32q, agnews_1q)")
-    p.add_argument("--peer", choices=("auto", "on", "off"), default="auto",
-                   help=f"the peer variant on AG News ({PEER} from PyPI, same weights): auto runs it when installed "
-                        "(default auto; on: exit 2 when it is not installed)")
-    p.add_argument("--tolerance", type=float, default=None,
-                   help="max allowed probability difference (default 1e-4 float32, 2e-2 otherwise)")
-    return p.parse_args(argv)
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    """``noulengine bench``: parse the flags (:mod:`noulengine.bench_cli`) and run."""
+    return run(parse_args(sys.argv[1:] if argv is None else argv))
+
+
+def run(args) -> int:
+    """Run the bench for parsed flags; returns the exit status."""
+    from noulengine.threads import cli_threads
+
+    if args.threads is not None and args.threads < 1:
+        print(f"bench: --threads must be >= 1, got {args.threads}", file=sys.stderr)
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
+        threads_source = "--threads"
+    else:
+        threads_source = cli_threads()["source"]  # NOULENGINE_THREADS, else the usable physical cores
     reps = args.reps or (1 if args.quick else 2)
     if args.batch_tokens is not None and args.batch_tokens < 1:
         print(f"bench: --batch-tokens must be >= 1, got {args.batch_tokens}", file=sys.stderr)
@@ -633,8 +603,8 @@ def main(argv: list[str] | None = None) -> int:
     engine, weights = load_engine(args)
     device, dtype = engine.runner.device, engine.runner.dtype
     tol = args.tolerance if args.tolerance is not None else (1e-4 if dtype == torch.float32 else 2e-2)
-    print(f"bench: model weights: {weights}; device {device}, dtype {dtype}, threads {torch.get_num_threads()}",
-          flush=True)
+    print(f"bench: model weights: {weights}; device {device}, dtype {dtype}, threads {torch.get_num_threads()} "
+          f"({threads_source})", flush=True)
     peer, peer_skipped = None, None
     if args.peer != "off":
         from noulengine.bench_peer import Peer, peer_unavailable
@@ -658,7 +628,8 @@ def main(argv: list[str] | None = None) -> int:
                          "batch_tokens": engine.config.batch_tokens, "tolerance": tol},
               "git_revision": git_revision(), "torch": torch.__version__, "device": str(device),
               "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "dtype": str(dtype).replace("torch.", ""), "threads": torch.get_num_threads(), "weights": weights,
+              "dtype": str(dtype).replace("torch.", ""), "threads": torch.get_num_threads(),
+              "threads_source": threads_source, "weights": weights,
               "matmul_peak_flops": peak, "non_embedding_params": n_params, "peer_skipped": peer_skipped,
               "workloads": []}
     for i, wl in enumerate(workloads):

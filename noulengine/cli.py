@@ -14,18 +14,16 @@ from pathlib import Path
 
 
 def _engine_config_cls():
-    from noulengine.engine.engine import EngineConfig
+    from noulengine.engine.config import EngineConfig  # no torch: --help stays fast
 
     return EngineConfig
 
 
 def _engine_choices() -> dict[str, tuple[str, ...]]:
     """Valid values of the enumerated engine flags, checked by argparse before any model loads."""
-    from noulengine.compile.compiler import DEBIAS_MODES
-    from noulengine.compile.layout import READOUT_MODES
-    from noulengine.engine.model_runner import DTYPE_NAMES
+    from noulengine.engine.config import DEBIAS_CHOICES, DTYPE_CHOICES, READOUT_CHOICES
 
-    return {"readout": ("auto",) + READOUT_MODES, "debias": DEBIAS_MODES, "dtype": ("auto",) + DTYPE_NAMES,
+    return {"readout": ("auto",) + READOUT_CHOICES, "debias": DEBIAS_CHOICES, "dtype": ("auto",) + DTYPE_CHOICES,
             "attn_implementation": ("sdpa", "eager")}
 
 
@@ -234,8 +232,12 @@ def cmd_decide(args: argparse.Namespace) -> int:
     from noulengine.records.errors import RecordError
     from noulengine.records.loader import duplicate_id_error, iter_jsonl_lines, parse_json_line
 
-    if bool(args.input) == bool(args.questions):
-        print("error: give either --input FILE or --state/--questions", file=sys.stderr)
+    if args.input and (args.questions or args.state is not None):
+        print("error: give either --input FILE or --state/--questions, not both", file=sys.stderr)
+        return 2
+    if not args.input and not args.questions:
+        print("error: --questions is missing (the questions object: inline JSON or a JSON file)"
+              if args.state is not None else "error: give either --input FILE or --state/--questions", file=sys.stderr)
         return 2
     if args.images and args.input:
         print("error: --images goes with --state/--questions; records in --input name their own images", file=sys.stderr)
@@ -277,6 +279,10 @@ def cmd_decide(args: argparse.Namespace) -> int:
     if ray_config is not None and args.questions:
         print("error: --ray takes --input FILE (a single request runs locally)", file=sys.stderr)
         return 2
+    if ray_config is None:
+        from noulengine.threads import cli_threads
+
+        cli_threads()  # NOULENGINE_THREADS, else the usable physical cores
     if ray_config is not None:
         from noulengine.distributed.ray_data import decide_requests
 
@@ -295,6 +301,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
         return 0 if decision.ok else 1
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     n_err = n_ok = 0
+    error_rows: list[str] = []  # "line N (id X): message", named on stderr at the end
     first_line_of_id: dict = {}  # a repeated id would make the output rows ambiguous to join on
     bar = tqdm(total=len(lines), unit="req", file=sys.stderr, disable=args.no_progress)
     try:
@@ -328,6 +335,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
                         row["error"]["line"] = n
                     if row["error"].get("file") is None:
                         row["error"]["file"] = str(args.input)
+                    error_rows.append(_error_row_line(n, row))
                 else:
                     n_ok += 1
                 out.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")  # never NaN/Infinity
@@ -338,14 +346,37 @@ def cmd_decide(args: argparse.Namespace) -> int:
         if out is not sys.stdout:
             out.close()
     print(f"{n_ok} answered, {n_err} error rows", file=sys.stderr)
+    for text in error_rows[:MAX_ERROR_ROWS_SHOWN]:
+        print(f"  {text}", file=sys.stderr)
+    if len(error_rows) > MAX_ERROR_ROWS_SHOWN:
+        print(f"  ... and {len(error_rows) - MAX_ERROR_ROWS_SHOWN} more (every error row is in the output)",
+              file=sys.stderr)
     return 0 if n_err == 0 else 1
 
 
-def _delegate(module: str):
+MAX_ERROR_ROWS_SHOWN = 20
+
+
+def _error_row_line(line: int, row: dict) -> str:
+    """``line 3 (id 'r1'): RecordError: message`` for the stderr list of error rows."""
+    err = row["error"]
+    rid = row.get("id") if row.get("id") is not None else err.get("record_id")
+    message = " ".join(str(err.get("message") or err.get("rule") or "").split())
+    if len(message) > 160:
+        message = message[:157] + "..."
+    who = f"id {rid!r}" if rid is not None else "no id"
+    return f"line {line} ({who}): {err.get('error_type') or 'error'}: {message}"
+
+
+def _delegate(module: str, name: str):
     def run(args: argparse.Namespace, rest: list[str]) -> int:
         import importlib
+        import inspect
 
-        return importlib.import_module(module).main(rest)
+        main = importlib.import_module(module).main
+        if "prog" in inspect.signature(main).parameters:  # help and messages name the command as typed
+            return main(rest, prog=f"noulengine {name}")
+        return main(rest)
 
     return run
 
@@ -355,7 +386,7 @@ SUBCOMMANDS = {  # verbs whose parsers live with their modules
     "score": ("noulengine.eval.score", "score predictions from any system against a suite"),
     "calibrate": ("noulengine.calibrate.__main__", "fit temperatures on a validation file"),
     "serve": ("noulengine.serve.__main__", "run the HTTP service"),
-    "bench": ("noulengine.bench", "measure speed against naive baselines"),
+    "bench": ("noulengine.bench_cli", "measure speed against naive baselines"),
     "train": ("noulengine.train.__main__", "fine-tune a model into a decision model"),
 }
 
@@ -363,7 +394,7 @@ SUBCOMMANDS = {  # verbs whose parsers live with their modules
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
-        return _delegate(SUBCOMMANDS[argv[0]][0])(None, argv[1:])
+        return _delegate(SUBCOMMANDS[argv[0]][0], argv[0])(None, argv[1:])
     parser = argparse.ArgumentParser(prog="noulengine", description="Decision probabilities from a language model.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("decide", help="answer requests", description=(

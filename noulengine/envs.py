@@ -30,6 +30,20 @@ def default_device() -> str | None:
 
 
 def num_threads() -> int | None:
-    """``NOULENGINE_THREADS``: torch intra-op threads on CPU (default: torch's choice)."""
-    value = os.environ.get("NOULENGINE_THREADS")
-    return int(value) if value else None
+    """``NOULENGINE_THREADS``: torch intra-op threads on CPU; None when unset or ``auto`` (then the
+    commands run one thread per usable physical core, shared among ``--workers``:
+    :mod:`noulengine.threads`).
+
+    Raises:
+        ValueError: neither a positive integer nor ``auto``.
+    """
+    value = (os.environ.get("NOULENGINE_THREADS") or "").strip()
+    if not value or value.lower() == "auto":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"NOULENGINE_THREADS must be a positive integer or 'auto', got {value!r}")
+    return n

@@ -21,7 +21,7 @@ from pathlib import Path
 def build_parser() -> argparse.ArgumentParser:
     from noulengine.cli import add_engine_args
 
-    ap = argparse.ArgumentParser(prog="noulengine calibrate", description=__doc__,
+    ap = argparse.ArgumentParser(prog="noulengine calibrate", description=__doc__.replace("``", ""),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--validation", action="append", required=True,
                     help="validation JSONL with validation_role calibration/selection rows (repeatable)")
@@ -39,13 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)  # before the imports below: --help needs no torch
     from noulengine.calibrate.report import plot_before_after, summary_text
     from noulengine.calibrate.run import run_calibration
     from noulengine.calibrate.temperature import NonFiniteFitError
     from noulengine.calibrate.validation import ValidationFileError, limit_per_role, load_validation
     from noulengine.cli import engine_from_args
 
-    args = build_parser().parse_args(argv)
     try:
         vset = load_validation(args.validation, test_paths=args.test)
     except ValidationFileError as exc:
@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --min-rows and --limit-per-role must be at least 1", file=sys.stderr)
         return 2
     args.calibration = "none"  # fit from raw logits, never on top of a model's shipped temperatures
+    from noulengine.threads import cli_threads
+
+    cli_threads()  # NOULENGINE_THREADS, else the usable physical cores
     engine = engine_from_args(args)
     total = len(limit_per_role(vset.calibration, args.limit_per_role)) + len(
         limit_per_role(vset.selection, args.limit_per_role))

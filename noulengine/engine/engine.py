@@ -15,7 +15,7 @@ rows; tested).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, Iterable
 
 import torch
@@ -23,6 +23,7 @@ import torch
 from noulengine.compile import PROMPT_VERSION, Compiler, CompilerConfig
 from noulengine.compile.layout import CompiledRequest
 from noulengine.engine.batching import collate, plan_batches
+from noulengine.engine.config import EngineConfig  # noqa: F401 - re-exported (noulengine.EngineConfig)
 from noulengine.engine.decision import Decision, make_answer
 from noulengine.engine.model_runner import ModelRunner, pick_device, pick_dtype
 from noulengine.engine.prefix_cache import prefix_cache_unsupported, prefix_cached_hidden_batch
@@ -33,52 +34,6 @@ from noulengine.records.schema import Question, Request, request_from_json
 from noulengine.vision.adapters import adapter_for, is_vision_language
 
 CONTENT_FREE_STATES = ("N/A", "", "[MASK]")  # Zhao et al. 2021, "Calibrate Before Use"
-
-
-@dataclass
-class EngineConfig:
-    """Engine settings (the CLI and the server are generated from these fields).
-
-    Attributes:
-        model: None (the embedded default decision model), SmolLM2-135M-Instruct (its untrained base), a local directory (a noulengine train output too) or a .gguf file.
-        device: ``cuda``, ``cuda:N``, ``cpu`` or None (CUDA when available, else CPU).
-        dtype: ``bfloat16`` | ``float32`` | ``float16`` | ``int8`` (CPU: dynamic int8 linear layers, head in float32) or None (bf16 on CUDA, fp32 on CPU).
-        readout: ``auto`` | ``symbols`` | ``label-token`` | ``label-sequence``.
-        debias: ``none`` | ``permute`` | ``contextual``.
-        batch_tokens: padded tokens per forward pass (B x L budget).
-        max_batch_size: requests per forward pass at most.
-        max_positions: context window in tokens (None: the model's ``max_position_embeddings``).
-        calibration: path of a calibration JSON (temperatures); None applies the calibration a
-            trained model ships with (when fitted for the same readout and debias mode), ``"none"``
-            applies no temperature.
-        use_chat_template: None uses the model's chat template when it has one.
-        symbols_fallback: with readout symbols, read questions with more options than symbols by label-sequence (None: only for a trained model read with its own readout).
-        attn_implementation: ``sdpa`` (default) or ``eager``.
-        causal_path: run linear requests (one question, one view, no label-sequence candidates)
-            through the model's own causal attention, with no dense tree mask; false runs every request through the tree path (the reference).
-        prefix_cache: run tree requests (several branches) with a prefix KV cache: the shared prefix prefilled once, then every branch as a batch against the cached keys and values (models without sliding-window layers; others keep the tree path).
-        prefix_cache_min_tokens: tree requests of fewer packed tokens keep the tree path unless their whole prefix is already cached (measured on a 2-core CPU: the cached path ran at 0.91-0.94x the tree path at ~515 tokens, 1.0-1.1x at ~1,400 and 1.4-1.5x at ~2,600); 0 sends every tree request through the prefix cache.
-        prefix_cache_mb: cross-request prefix caching budget in MiB: keys and values of the frame head every request starts with, of prefixes a batch shares and of tree requests' states are kept and reused across requests (LRU, keyed by token ids); 0 turns it off. Used by the causal path and the prefix-cache path (not the tree path, the reference); never for sliding-window or int8 models. Call Engine.reset_prefix_cache() after changing weights in place.
-        media_root: the folder relative image paths in requests are read from (default ``MEDIA_ROOT``, else the --input file's folder for noulengine decide, else the working directory); HTTP requests never read paths.
-    """
-
-    model: str | None = None
-    device: str | None = None
-    dtype: str | None = None
-    readout: str = "auto"
-    debias: str = "none"
-    batch_tokens: int = 8192
-    max_batch_size: int = 64
-    max_positions: int | None = None
-    calibration: str | None = None
-    use_chat_template: bool | None = None
-    symbols_fallback: bool | None = None
-    attn_implementation: str = "sdpa"
-    causal_path: bool = True
-    prefix_cache: bool = True
-    prefix_cache_min_tokens: int = 1024
-    prefix_cache_mb: int = 256
-    media_root: str | None = None
 
 
 def _error_dict(exc: Exception, record_id=None) -> dict:
@@ -102,6 +57,9 @@ class Engine:
     """
 
     def __init__(self, model, tokenizer, config: EngineConfig | None = None, *, identity=None, processor=None):
+        from noulengine.threads import apply_env_threads
+
+        apply_env_threads()  # NOULENGINE_THREADS, when set (the commands set their default before loading)
         self.config = config or EngineConfig()
         self.processor = processor
         vision = None
@@ -433,14 +391,15 @@ class Engine:
             self._priors[key] = torch.log(probs)
 
     def describe(self) -> dict:
-        """JSON-able description: model identity, device, dtype, readout, debias, calibration."""
+        """JSON-able description: model identity, device, dtype, the resolved readout, debias and
+        calibration (what the engine uses, ``auto`` already resolved), torch CPU threads."""
         trained = (self.training or {}).get("prompt_version")
         return {"model": self.identity.to_dict() if self.identity else None, "device": str(self.runner.device),
                 "prompt_version": PROMPT_VERSION, "trained_prompt_version": trained,
                 "dtype": "int8" if self.config.dtype == "int8" else str(self.runner.dtype).replace("torch.", ""),
                 "readout": self.config.readout,
                 "debias": self.config.debias, "calibration": self.config.calibration,
-                "attn_implementation": self.runner.attn_implementation,
+                "attn_implementation": self.runner.attn_implementation, "threads": torch.get_num_threads(),
                 "vision": ({"family": self.runner.vision.name, "model_type": self.runner.vlm.config.model_type}
                            if self.runner.vision is not None else None),
                 "modalities": ["text", "image"] if self.runner.supports_images else ["text"],

@@ -84,7 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     config_from_args(args)  # fail fast on unsafe flags before loading the model
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from noulengine.cli import engine_from_args
+    from noulengine.threads import cli_threads
 
+    threads = cli_threads()  # NOULENGINE_THREADS, else the usable physical cores
+    logging.getLogger("noulengine.serve").info("torch CPU threads: %d (%s)", threads["threads"], threads["source"])
     engine = engine_from_args(args)
     config = config_from_args(args, engine)
     if config.max_batch_tokens > engine.config.batch_tokens:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
+import os
 import sys
 
 from noulengine.train.trainer import TrainConfig
@@ -60,17 +60,45 @@ def main(argv: list[str] | None = None) -> int:
     from noulengine.train.trainer import train
 
     config = TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)})
+    from noulengine.threads import cli_threads
+
+    # NOULENGINE_THREADS, else the usable physical cores shared among the data-parallel processes here
+    threads = cli_threads(int(os.environ.get("LOCAL_WORLD_SIZE") or 1))
     try:
         result = train(config)
     except (TrainingDataError, FileExistsError, FileNotFoundError, ModelNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if result.training:
-        t = result.training
-        summary = {"output": str(result.output), "steps": t["steps"], "train_s": t["train_s"],
-                   "chosen_epoch": t["chosen_epoch"], "epochs": t["epochs"], "final": t["final"]}
-        print(json.dumps(summary, indent=1))
+        print(summary_text(result.training, result.output, threads=threads["threads"]))
     return 0
+
+
+def _metrics_text(m: dict) -> str:
+    parts = [f"accuracy {100 * m['accuracy']:.1f}%" if m.get("accuracy") is not None else None,
+             f"NLL {m['nll']:.3f}" if m.get("nll") is not None else None,
+             f"ECE {m['ece']:.3f}" if m.get("ece") is not None else None,
+             f"flip rate {m['flip_rate']:.3f}" if m.get("flip_rate") is not None else None]
+    return ", ".join(p for p in parts if p)
+
+
+def summary_text(t: dict, output, *, threads: int | None = None) -> str:
+    """A few lines for the terminal from ``training.json`` (which holds everything), ending with its path."""
+    lines = [f"trained {t.get('name')}: {t.get('method')}, readout {t.get('readout')}, {t.get('steps')} steps in "
+             f"{t.get('train_s')} s" + (f" ({threads} torch threads)" if threads else "")]
+    for e in t.get("epochs") or []:
+        text = f"epoch {e.get('epoch')}: train loss {e['train_loss']:.4f}" if e.get("train_loss") is not None else \
+            f"epoch {e.get('epoch')}"
+        if e.get("selection"):
+            text += f"; selection {_metrics_text(e['selection'])}"
+        lines.append(text)
+    if t.get("chosen_epoch"):
+        lines.append(f"kept epoch {t['chosen_epoch']} ({t.get('chosen_by')})")
+    for name, m in (t.get("final") or {}).items():
+        if isinstance(m, dict):
+            lines.append(f"{name}: {_metrics_text(m)} on {m.get('decisions')} decisions")
+    lines.append(f"wrote {output}/ (training.json: the full record)")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -28,10 +28,17 @@ class TrainingDataError(NoulEngineError, ValueError):
     """One or more training rows break a rule; ``errors`` holds one :class:`RecordError` each."""
 
     def __init__(self, errors: list[RecordError], *, what: str = "training"):
-        self.errors = errors
+        # in file and line order (parse errors are found before rule errors; a reader scans by line)
+        self.errors = errors = sorted(errors, key=_error_position)
         shown = "\n".join(f"  {e}" for e in errors[:20])
         more = f"\n  ... and {len(errors) - 20} more" if len(errors) > 20 else ""
         super().__init__(f"{len(errors)} {what} row(s) refused; nothing was trained:\n{shown}{more}")
+
+
+def _error_position(err: RecordError) -> tuple:
+    """Sort key: errors without a line first, then by file and line (stable within a line)."""
+    line = getattr(err, "line", None)
+    return (line is not None, str(getattr(err, "file", None) or ""), line if line is not None else 0)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,70 @@
+"""``noulengine bench`` flags, kept free of torch (``--help`` answers at once); the bench itself
+is :mod:`noulengine.bench`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from noulengine.bench_peer import PEER
+
+# Random-weight model configs at realistic sizes (values copied from the public configs).
+MODEL_CONFIGS = {
+    "smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                         rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True),
+    "llama-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                       num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+                       rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True),  # Qwen2.5-0.5B sizes
+    "llama-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                     num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                     rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False),  # Llama-3-8B sizes
+}
+
+
+WORKLOAD_NAMES = ("typed_decisions", "long_state_16q", "long_state_32q", "agnews_1q")  # build_workloads' order
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="noulengine bench", description=(
+        "The engine against the two baselines a user would write by hand (naive per-question forwards, padded "
+        "batches), and a same-model peer library where installed; prints the table and writes it (JSON and "
+        "Markdown) with the device, dtype and torch threads."))
+    p.add_argument("--quick", action="store_true", help="smaller workloads (under 3 minutes on a 2-core CPU)")
+    p.add_argument("--model", default=None, help="model directory or .gguf (default: the embedded default model)")
+    p.add_argument("--model-config", choices=sorted(MODEL_CONFIGS), default=None,
+                   help="random-weight Llama-style model at this config's size (tokenizer from --model)")
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--attn", choices=("sdpa", "flex"), default="sdpa", help="engine attention (flex: CUDA only)")
+    p.add_argument("--reps", type=int, default=None, help="timed repetitions per variant (default 1 quick, 2 full)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: NOULENGINE_THREADS, else "
+                   "the physical cores this process may use)")
+    p.add_argument("--output", default="bench-results/bench.json",
+                   help="JSON result path, a .md table is written beside it (default bench-results/bench.json, "
+                        "git-ignored)")
+    p.add_argument("--batch-tokens", type=int, default=None,
+                   help="padded tokens per forward pass for the engine and the padded batches (default the "
+                        "engine's, 8192)")
+    p.add_argument("--workloads", default=None,
+                   help="comma-separated workloads to run (default all: typed_decisions, long_state_16q, "
+                        "long_state_32q, agnews_1q)")
+    p.add_argument("--peer", choices=("auto", "on", "off"), default="auto",
+                   help=f"the peer variant on AG News ({PEER} from PyPI, same weights): auto runs it when installed "
+                        "(default auto; on: exit 2 when it is not installed)")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="max allowed probability difference (default 1e-4 float32, 2e-2 otherwise)")
+    return p.parse_args(argv)
+
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Parse the flags (``--help`` needs no torch), then run :func:`noulengine.bench.run`."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from noulengine.bench import run
+
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
