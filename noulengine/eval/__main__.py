@@ -10,11 +10,15 @@ import time
 from pathlib import Path
 
 
-def build_parser() -> argparse.ArgumentParser:
+PROG = "python -m noulengine.eval"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     from noulengine.cli import add_engine_args, add_ray_args
 
-    p = argparse.ArgumentParser(prog="python -m noulengine.eval",
-                                description="Evaluate a model on pinned benchmark suites.")
+    p = argparse.ArgumentParser(prog=prog, description="Evaluate a model on pinned benchmark suites: prints a "
+                                "summary table and writes the full report (report.md), metrics.json, run.json and "
+                                "predictions.jsonl into --output.")
     p.add_argument("--suite", default="accuracy-v1", help="the suite collection (default accuracy-v1)")
     p.add_argument("--tasks", help="comma-separated suites or groups (default: the collection's list)")
     p.add_argument("--limit", type=int, help="the first N rows of each suite")
@@ -38,29 +42,70 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_key(args, engine, tasks) -> dict:
-    """What must match for a run folder to be resumed (and, for worker runs, to be merged)."""
-    d = engine.describe()
-    key = {"suite": args.suite, "model_sha256": (d["model"] or {}).get("sha256"), "readout": args.readout,
-           "debias": args.debias, "calibration": args.calibration, "dtype": d["dtype"],
-           "limit": args.limit, "sample": args.sample, "seed": args.seed}
-    if args.workers is not None:
-        key.update({"tasks": tasks, "worker": args.worker, "workers": args.workers})
-    return key
+    """What must match for a run folder to be resumed (and, for worker runs, to be merged): the
+    resolved settings the engine uses (:mod:`noulengine.eval.run_state`)."""
+    from noulengine.eval.run_state import run_key
+
+    return run_key(engine.describe(), suite=args.suite, limit=args.limit, sample=args.sample, seed=args.seed,
+                   tasks=tasks, worker=args.worker, workers=args.workers)
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def summary_text(metrics: dict, meta: dict) -> str:
+    """The terminal summary of a run: one line per suite, the warnings' count, this and all
+    invocations' throughput (report.md has the rest)."""
+    rows = [("suite", "status", "rows", "coverage", "accuracy", "chance", "majority", "NLL", "ECE")]
+    n_warn = 0
+    for name, m in metrics.items():
+        x = m.get("metrics")
+        if not x:
+            rows.append((name, m["status"], "-", "-", "-", "-", "-", "-", "-"))
+            continue
+        n_warn += len(x.get("warnings") or [])
+        base = x.get("baselines") or {}
+        rows.append((name, m["status"], str(m["rows"]), _pct(x["counts"]["coverage"]), _pct(x["accuracy"]),
+                     _pct(base.get("chance")), _pct(base.get("majority")), _num(x["nll"]), _num(x["ece"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    t = meta.get("throughput") or {}
+    merged = meta.get("merged_workers") is not None
+    if t.get("requests") and not merged:
+        lines.append(f"this invocation: {t['requests']} requests in {t['inference_seconds']:.1f} s "
+                     f"({t['requests_per_s']:.2f} requests/s, {t['decisions_per_s']:.2f} decisions/s)")
+    elif "requests" in t and not merged:
+        lines.append("this invocation: no new requests (every row was already predicted)")
+    tot = meta.get("totals") or {}
+    if merged:
+        lines.append(f"{tot.get('invocations')} worker invocations: {tot.get('requests')} requests in "
+                     f"{tot.get('inference_seconds') or 0:.1f} s of inference (summed over the workers)")
+    elif tot.get("invocations", 0) > 1:
+        lines.append(f"all {tot['invocations']} invocations: {tot['requests']} requests in "
+                     f"{tot['inference_seconds']:.1f} s of inference")
+    if n_warn:
+        lines.append(f"{n_warn} warning(s): see report.md")
+    return "\n".join(lines)
 
 
 def _finish(results, out: Path, meta: dict, what: str = "") -> int:
-    """Write the run's outputs, print the report and the folder; exit 1 when a suite failed."""
+    """Write the run's outputs, print a summary and the folder; exit 1 when a suite failed."""
     from noulengine.eval.report import write_outputs
 
     metrics = write_outputs(results, out, meta)
-    print((out / "report.md").read_text())
+    print(summary_text(metrics, meta))
     from noulengine.eval.runner import error_rows_warning
 
     for name, m in metrics.items():  # error rows also on stderr: they hide behind a low accuracy otherwise
         warning = error_rows_warning(m.get("metrics") or {})
         if warning:
             print(f"warning: {name}: {warning}", file=sys.stderr)
-    print(f"{what}wrote {out}/ (report.md, metrics.json, run.json, predictions.jsonl)")
+    print(f"{what}wrote {out}/ (report.md: the full report; metrics.json, run.json, predictions.jsonl)")
     failed = [n for n, m in metrics.items() if m["status"] not in ("ready", "preparable", "unavailable")]
     return 1 if failed else 0
 
@@ -78,14 +123,17 @@ def _merge(args) -> int:
     except (ShardMergeError, SuiteError) as exc:
         print(f"error: cannot merge {out}: {exc}", file=sys.stderr)
         return 2
-    meta["command"] = "python -m noulengine.eval " + " ".join(sys.argv[1:])
+    meta["command"] = f"{args.prog} " + " ".join(args.argv)
+    meta["status"] = "finished"
     return _finish(results, out, meta, f"merged {args.workers} worker runs; ")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)  # before the imports below: --help needs no torch
+    args.prog, args.argv = prog, list(argv if argv is not None else sys.argv[1:])
     from noulengine.cli import engine_from_args, ray_config_from_args
-    from noulengine.eval.report import (git_revision, invocation_totals, library_versions, previous_invocations,
-                                        throughput)
+    from noulengine.eval.report import git_revision, invocation_totals, library_versions, throughput
+    from noulengine.eval.run_state import InvocationLog, key_differences
     from noulengine.eval.runner import EvalConfig, run_eval
     from noulengine.eval.suites import expand_tasks
     from noulengine.eval.suites.errors import SuiteError
@@ -93,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from noulengine.eval.shards import check_shard_args, worker_dir
     from noulengine.eval.suites import get_suite
+    from noulengine.threads import cli_threads
 
-    args = build_parser().parse_args(argv)
     if args.merge:
         if not args.no_plots:
             try:
@@ -120,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}; or pass --no-plots", file=sys.stderr)
         return 2
     ray_config = ray_config_from_args(args) if args.ray else None
+    if ray_config is None:
+        threads = cli_threads(args.workers)  # NOULENGINE_THREADS, else the usable cores shared among --workers
+    else:  # each actor runs --cpus-per-actor threads (noulengine.distributed.ray_data)
+        threads = {"threads": max(1, int(ray_config.num_cpus)) if not ray_config.num_gpus else None,
+                   "source": "--cpus-per-actor (each Ray actor)"}
     out = Path(args.output) if args.workers is None else worker_dir(args.output, args.worker)
     revision = git_revision()  # the code that runs is the code checked out now, not at the end
     t_load = time.perf_counter()
@@ -129,10 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     key_path = out / "run_key.json"
     if key_path.is_file() and (out / "predictions.jsonl").is_file():
         old = json.loads(key_path.read_text())
-        if old != key:
-            diff = "; ".join(f"{k}: the folder's run has {old.get(k)!r}, this one {v!r}"
-                             for k, v in key.items() if old.get(k) != v)
-            print(f"error: {out} holds predictions of a different run ({diff}); use another --output", file=sys.stderr)
+        diff = key_differences(old, key, given={"readout": args.readout, "calibration": args.calibration})
+        if diff:
+            print(f"error: {out} holds predictions of a different run ({'; '.join(diff)}); use another --output",
+                  file=sys.stderr)
             return 2
     out.mkdir(parents=True, exist_ok=True)
     key_path.write_text(json.dumps(key, indent=2) + "\n")
@@ -140,31 +193,37 @@ def main(argv: list[str] | None = None) -> int:
                      output=str(out), chunk=args.chunk, source=args.source, progress=not args.no_progress,
                      plots=not args.no_plots, worker=args.worker, workers=args.workers, ray=ray_config)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    previous = previous_invocations(out / "run.json")
-    t0 = time.perf_counter()
-    try:
-        results = run_eval(engine, cfg)
-    except SuiteError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    revision_at_end = git_revision()
-    meta = {"suite": args.suite, "tasks": [r.name for r in results], "git_revision": revision,
-            **({"git_revision_at_end": revision_at_end} if revision_at_end != revision else {}),
-            "engine": engine.describe(), "versions": library_versions(),
+    meta = {"suite": args.suite, "git_revision": revision, "engine": engine.describe(), "threads": threads,
+            "versions": library_versions(),
             "selection": {"limit": args.limit, "sample": args.sample, "seed": args.seed,
                           **({"worker": args.worker, "workers": args.workers} if args.workers is not None else {})},
-            "suite_sha256": {r.name: get_suite(r.name).prepared_pins() for r in results if r.status == "ready"},
             **({"ray": {"address": ray_config.address, "actors": ray_config.actors, "cpus_per_actor": ray_config.num_cpus,
                         "gpus_per_actor": ray_config.num_gpus, "batch_size": ray_config.batch_size}}
                if ray_config is not None else {}),
-            "model_load_s": load_s, "wall_s": time.perf_counter() - t0,
-            "command": "python -m noulengine.eval " + " ".join(argv if argv is not None else sys.argv[1:])}
+            "model_load_s": load_s, "command": f"{prog} " + " ".join(args.argv)}
+    # run.json records this invocation now and after every batch: a kill keeps its timing
+    log = InvocationLog(out / "run.json", meta, {"started": started, "git_revision": revision, "model_load_s": load_s,
+                                                 "threads": threads.get("threads")})
+    log.update([], force=True)
+    t0 = time.perf_counter()
+    try:
+        results = run_eval(engine, cfg, on_progress=log.update)
+    except SuiteError as exc:
+        log.close("failed")
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        log.close("interrupted")  # the predictions so far stay; rerun the same command to resume
+        raise
+    revision_at_end = git_revision()
+    meta.update({"tasks": [r.name for r in results],
+                 **({"git_revision_at_end": revision_at_end} if revision_at_end != revision else {}),
+                 "suite_sha256": {r.name: get_suite(r.name).prepared_pins() for r in results if r.status == "ready"},
+                 "wall_s": time.perf_counter() - t0, "status": "finished"})
     meta["throughput"] = throughput(results)
-    meta["invocations"] = previous + [{"started": started, "git_revision": revision, "wall_s": meta["wall_s"],
-                                       "model_load_s": load_s, "throughput": meta["throughput"]}]
+    meta["invocations"] = log.finish(results)
     meta["totals"] = invocation_totals(meta["invocations"])
     return _finish(results, out, meta)
-
 
 if __name__ == "__main__":
     sys.exit(main())

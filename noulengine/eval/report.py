@@ -191,9 +191,13 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
         when = f"{inv['started']} (git `{inv.get('git_revision') or 'unknown'}`): " if inv.get("started") else ""
         if inv.get("worker") is not None:
             when = f"worker {inv['worker']}" + (f", {when}" if when else ": ")
+        stopped = inv.get("status") in ("interrupted", "failed")  # its rows stay in predictions.jsonl, its timing here
         if not t["requests"]:
-            lines.append(f"- {when}no new requests (every row was already predicted; resumed).")
+            lines.append(f"- {when}{inv['status']} before any new prediction landed." if stopped else
+                         f"- {when}no new requests (every row was already predicted; resumed).")
             continue
+        if stopped:
+            when += f"{inv['status']} after "
         lines.append(f"- {when}{t['requests']} requests run in {t['inference_seconds']:.1f} s: "
                      f"{_fmt(t['requests_per_s'])} requests/s, {_fmt(t['decisions_per_s'])} decisions/s, "
                      f"{_fmt(t['tokens_per_s'])} tokens/s; latency p50 {_fmt(t['latency_p50_s'])} s, "

@@ -110,8 +110,13 @@ def read_predictions(path: Path) -> dict[tuple[str, int], dict]:
     return done
 
 
-def run_eval(engine, config: EvalConfig) -> list[TaskResult]:
+def run_eval(engine, config: EvalConfig, *, on_progress=None) -> list[TaskResult]:
     """Run (or resume) an evaluation; returns one :class:`TaskResult` per task.
+
+    Args:
+        on_progress: called with the results so far after each batch of predictions is written
+            (their ``seconds``, ``new_predictions`` and throughput counts cover what has landed), so
+            a caller can record an invocation that may be interrupted.
 
     Raises:
         UnknownSuiteError: a task name is not registered (with a did-you-mean).
@@ -165,10 +170,13 @@ def run_eval(engine, config: EvalConfig) -> list[TaskResult]:
                     if row.get("error") is None:
                         res.latencies.append(row.get("latency_s", 0.0))
                 sink.flush()
+                res.new_predictions += len(part)
+                res.seconds = time.perf_counter() - t0
+                if on_progress is not None:
+                    on_progress(results)
                 bar.update(len(part))
             bar.close()
             res.seconds = time.perf_counter() - t0
-            res.new_predictions = len(todo)
             score_task(res, rows, done, out_dir, plots=config.plots)
     return results
 

@@ -23,11 +23,12 @@ import hashlib
 import json
 from pathlib import Path
 
+from noulengine.eval.run_state import key_differences
 from noulengine.records.errors import NoulEngineError
 
 # run_key.json fields every worker must share (worker, the one that must differ, is checked apart)
-SHARED_KEY_FIELDS = ("suite", "tasks", "model_sha256", "readout", "debias", "calibration", "dtype", "limit", "sample",
-                     "seed", "workers")
+SHARED_KEY_FIELDS = ("suite", "tasks", "model_sha256", "readout", "debias", "calibration", "calibration_sha256",
+                     "symbols_fallback", "dtype", "limit", "sample", "seed", "workers")
 
 
 class ShardMergeError(NoulEngineError):
@@ -103,6 +104,11 @@ def load_worker_runs(output: str | Path, workers: int) -> list[dict]:
             raise ShardMergeError(f"worker {r}: {d} holds worker {key.get('worker')!r} of {key.get('workers')!r}, "
                                   f"not worker {r} of {workers}")
         runs.append({"worker": r, "dir": d, "key": key, "run": run, "predictions": _read_worker_predictions(d, r)})
+    for run in runs:  # run.json is written as an invocation starts: one still running (or killed) has not finished
+        status = run["run"].get("status")
+        if status not in (None, "finished"):
+            raise ShardMergeError(f"worker {run['worker']} has not finished: its last invocation is {status} "
+                                  "(run.json); rerun the worker with the same flags to resume it")
     for run in runs:  # a worker resumed under other code holds rows of two revisions
         revisions = {inv.get("git_revision") for inv in run["run"].get("invocations") or []}
         revisions.add(run["run"].get("git_revision"))
@@ -110,15 +116,10 @@ def load_worker_runs(output: str | Path, workers: int) -> list[dict]:
             raise ShardMergeError(f"worker {run['worker']} ran under several code revisions ({sorted(map(str, revisions))}); "
                                   "rerun it from scratch under one revision")
     first = runs[0]
-
-    def same(f, a, b):
-        if f == "tasks" and a is not None and b is not None:
-            return sorted(a) == sorted(b)  # the same suites in another order are the same rows
-        return a == b
-
     for other in runs[1:]:
-        diff = [f"{f}: worker 0 has {first['key'].get(f)!r}, worker {other['worker']} has {other['key'].get(f)!r}"
-                for f in SHARED_KEY_FIELDS if not same(f, first["key"].get(f), other["key"].get(f))]
+        # resolved settings; the calibration by its sha256 (workers may hold the file at other paths)
+        diff = key_differences(first["key"], other["key"], fields=SHARED_KEY_FIELDS,
+                               names=("worker 0", f"worker {other['worker']} has"))
         for f, label in (("git_revision", "code revision"), ("suite_sha256", "suite sha256 pins")):
             if first["run"].get(f) != other["run"].get(f):
                 diff.append(f"{label}: worker 0 has {first['run'].get(f)!r}, worker {other['worker']} has "

@@ -1,0 +1,188 @@
+"""A run folder's settings and invocations.
+
+``run_key.json`` holds what must match for a folder to be resumed (and worker runs to be merged):
+the suite collection, the row selection and the engine settings **as resolved**: the readout,
+debiasing, calibration and dtype the engine actually used (``--readout auto`` on a trained model
+is that model's readout; no ``--calibration`` is the calibration it ships with, identified by the
+file's sha256), the same values ``run.json`` (``engine``) and ``report.md`` state. A folder written
+before keys were resolved (no ``key_version``) holds the flags as given; it is compared with the
+flags as given, so old folders resume as before, and its key is then rewritten resolved.
+
+``run.json`` is written when an invocation starts (``status: running``) and updated as each
+batch of predictions lands, so an interrupted invocation keeps its timing: the next invocation
+lists it as ``interrupted`` with the requests it ran, and ``totals`` count every invocation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+KEY_VERSION = 2
+# the fields a run_key.json had before it recorded resolved settings
+LEGACY_KEY_FIELDS = ("suite", "model_sha256", "readout", "debias", "calibration", "dtype", "limit", "sample", "seed",
+                     "tasks", "worker", "workers", "merged_workers")
+# legacy keys held these as the flags gave them (None, "auto"), not as the engine resolved them
+LEGACY_AS_GIVEN = ("readout", "calibration")
+
+
+def file_sha256(path) -> str | None:
+    """The sha256 of a file's bytes (None for no path or an unreadable one)."""
+    if not path:
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def run_key(describe: dict, *, suite: str, limit, sample, seed, tasks=None, worker=None, workers=None) -> dict:
+    """The run key from the engine's :meth:`~noulengine.Engine.describe` (resolved settings).
+
+    ``calibration`` is the path the engine read (as ``run.json`` says); ``calibration_sha256``
+    identifies it, so the same file at another path (another checkout, another machine) matches.
+    """
+    cal = describe.get("calibration")
+    key = {"key_version": KEY_VERSION, "suite": suite, "model_sha256": (describe.get("model") or {}).get("sha256"),
+           "readout": describe.get("readout"), "debias": describe.get("debias"),
+           "calibration": str(cal) if cal else None, "calibration_sha256": file_sha256(cal),
+           "symbols_fallback": bool((describe.get("config") or {}).get("symbols_fallback")),
+           "dtype": describe.get("dtype"), "limit": limit, "sample": sample, "seed": seed}
+    if workers is not None:
+        key.update({"tasks": tasks, "worker": worker, "workers": workers})
+    return key
+
+
+def _same(field: str, a, b) -> bool:
+    if field == "tasks" and a is not None and b is not None:
+        return sorted(a) == sorted(b)  # the same suites in another order are the same rows
+    return a == b
+
+
+def key_differences(old: dict, new: dict, *, given: dict | None = None, fields=None,
+                    names: tuple[str, str] = ("the folder's run", "this one")) -> list[str]:
+    """What differs between two run keys, one ``"field: A has x, B has y"`` per field.
+
+    Args:
+        old, new: run keys (``old`` may be a legacy key, without ``key_version``).
+        given: the flags as given (``readout``, ``calibration``), compared with a legacy key's
+            values of those fields; None compares the resolved values.
+        fields: the fields to compare (default: both keys' fields, so a worker's or a merged
+            folder's share and worker count differ from a plain run's none).
+        names: how the two sides are named in the messages.
+    """
+    legacy = old.get("key_version") is None or new.get("key_version") is None
+    out = []
+    for f in fields or list(new) + [k for k in old if k not in new]:
+        if f == "key_version" or (legacy and f not in LEGACY_KEY_FIELDS):
+            continue
+        a, b = old.get(f), new.get(f)
+        if legacy and given is not None and f in LEGACY_AS_GIVEN and old.get("key_version") is None:
+            b = given.get(f)
+        if f == "calibration" and not legacy:
+            continue  # compared by its sha256 below: the path may differ
+        if f == "calibration_sha256":
+            if a != b:
+                out.append(f"calibration: {names[0]} has {old.get('calibration')!r}"
+                           f"{f' (sha256 {a[:12]})' if a else ''}, {names[1]} {new.get('calibration')!r}"
+                           f"{f' (sha256 {b[:12]})' if b else ''}")
+            continue
+        if not _same(f, a, b):
+            out.append(f"{f}: {names[0]} has {a!r}, {names[1]} {b!r}")
+    return out
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    """Write JSON through a temporary file and a rename: a kill never leaves half a file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def read_run_json(path: Path) -> dict:
+    try:
+        old = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return old if isinstance(old, dict) else {}
+
+
+def previous_invocations(run: dict) -> list[dict]:
+    """The invocations an earlier ``run.json`` records; one still marked ``running`` was
+    interrupted (this invocation runs now), so it is marked ``interrupted``.
+
+    A ``run.json`` written before invocations were recorded yields its single ``throughput``.
+    """
+    if isinstance(run.get("invocations"), list):
+        return [{**inv, "status": "interrupted"} if inv.get("status") == "running" else inv
+                for inv in run["invocations"]]
+    if isinstance(run.get("throughput"), dict):
+        return [{"started": None, "git_revision": run.get("git_revision"), "wall_s": run.get("wall_s"),
+                 "model_load_s": run.get("model_load_s"), "throughput": run["throughput"]}]
+    return []
+
+
+class InvocationLog:
+    """This invocation's entry in ``run.json``: written when it starts, updated as batches land.
+
+    Args:
+        path: the run folder's ``run.json``.
+        meta: what is known at the start (suite, engine, versions, selection, threads, command...).
+        invocation: this invocation's entry (``started``, ``git_revision``, ``model_load_s``...).
+        min_interval_s: the least time between two progress writes (default 0: every batch).
+    """
+
+    def __init__(self, path: Path, meta: dict, invocation: dict, *, min_interval_s: float = 0.0):
+        from noulengine.eval.report import throughput
+
+        self._throughput = throughput
+        self.path = Path(path)
+        old = read_run_json(self.path)
+        self.previous = previous_invocations(old)
+        # a resumed folder keeps what its last complete run.json said (suite pins, tasks) until
+        # this invocation replaces it
+        self.base = {**{k: v for k, v in old.items() if k not in ("invocations", "totals", "status")}, **meta}
+        self.invocation = {**invocation, "status": "running", "wall_s": 0.0, "throughput": throughput([])}
+        self.t0 = time.perf_counter()
+        self.results: list = []
+        self.min_interval_s = min_interval_s
+        self._last_write = 0.0
+
+    def invocations(self) -> list[dict]:
+        return self.previous + [self.invocation]
+
+    def update(self, results, *, force: bool = False) -> None:
+        """Record the requests run so far (``results``: the runner's TaskResults) and write run.json."""
+        from noulengine.eval.report import invocation_totals
+
+        self.results = results
+        self.invocation["throughput"] = self._throughput(results)
+        self.invocation["wall_s"] = time.perf_counter() - self.t0
+        now = time.perf_counter()
+        if not force and now - self._last_write < self.min_interval_s:
+            return
+        self._last_write = now
+        invs = self.invocations()
+        write_json_atomic(self.path, {**self.base, "status": "running", "invocations": invs,
+                                      "totals": invocation_totals(invs)})
+
+    def finish(self, results, status: str = "finished") -> list[dict]:
+        """Close this invocation; returns every invocation (for the final run.json, which the
+        caller writes with the run's metrics)."""
+        self.invocation["throughput"] = self._throughput(results)
+        self.invocation["wall_s"] = time.perf_counter() - self.t0
+        self.invocation["status"] = status
+        return self.invocations()
+
+    def close(self, status: str) -> None:
+        """End an invocation that will write no metrics (``failed``, ``interrupted``): record it,
+        with what it ran, in run.json now."""
+        from noulengine.eval.report import invocation_totals
+
+        invs = self.finish(self.results, status)
+        write_json_atomic(self.path, {**self.base, "status": status, "invocations": invs,
+                                      "totals": invocation_totals(invs)})
