@@ -11,7 +11,7 @@ import dataclasses
 import os
 import sys
 
-from noulengine.train.trainer import TrainConfig
+from noulengine.train.config import TrainConfig
 
 
 def _parse_bool(s: str) -> bool:
