@@ -21,8 +21,8 @@ DATA = resolve_data_dir()
 needs_data = pytest.mark.skipif(DATA is None, reason="shared data not found: set NOULENGINE_DATA or place it at "
                                                      "<repo>/../shared/data")
 ALL = ["agnews", "jevbench_easy", "jevbench_hard", "jevbench_original", "known-distribution-pilot", "procedural",
-       "shapes", "toolace", "typed_decisions", "wildjailbreak"]
-NOT_ACCURACY_V1 = ("known-distribution-pilot", "procedural", "shapes")  # their own collections
+       "shapes", "toolace", "typed_decisions", "wildjailbreak", "zh-decision-bench"]
+NOT_ACCURACY_V1 = ("known-distribution-pilot", "procedural", "shapes", "zh-decision-bench")  # their own collections
 
 
 def _require_sources(suite: Suite) -> None:

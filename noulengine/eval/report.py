@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from noulengine.metrics.reference import reference_lines
+
 
 def git_revision() -> str | None:
     """The checkout's ``git rev-parse HEAD``; with local changes to tracked files,
@@ -124,9 +126,12 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
     out_dir = Path(out_dir)
     metrics = {r.name: {"status": r.status, "reason": r.reason if r.status != "ready" else "", "rows": r.rows,
                         "licence": r.licence, "notes": r.notes, "metrics": r.metrics} for r in results}
-    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
+    # non-ASCII text (Chinese labels, slice values) is written as itself, in UTF-8
+    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False, ensure_ascii=False) + "\n",
+                                          encoding="utf-8")
     meta = {"throughput": throughput(results), **meta}  # a caller that computed it already wins
-    (out_dir / "run.json").write_text(json.dumps(meta, indent=2, allow_nan=False, default=str) + "\n")
+    (out_dir / "run.json").write_text(json.dumps(meta, indent=2, allow_nan=False, default=str, ensure_ascii=False)
+                                      + "\n", encoding="utf-8")
     eng = meta.get("engine") or {}
     model = eng.get("model") or {}
     sha = model.get("sha256") or ""
@@ -170,15 +175,21 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
             continue
         if m.get("reliability"):
             lines.append(f"\nReliability diagram: `{m['reliability']}`")
+        lines += reference_lines(m)  # a benchmark family's own rules, beside the generic metrics
         # the built-in slices, then any the suite's manifest names ("slices": ["level"])
         for dim in ("type", "field", "category", *[d for d in m.get("slices", {}) if d not in _BUILT_IN_SLICES]):
             sl = m.get("slices", {}).get(dim)
             if not sl or len(sl) < 2:
                 continue
-            lines += ["", f"| {dim} | decisions | accuracy | NLL | ECE |", "|---|---:|---:|---:|---:|"]
+            ref = any(s.get("reference") for s in sl.values())
+            lines += ["", f"| {dim} | decisions | accuracy | NLL | ECE |" + (" reference accuracy | reference ECE |"
+                                                                             if ref else ""),
+                      "|---|---:|---:|---:|---:|" + ("---:|---:|" if ref else "")]
             for key, s in sl.items():
+                sref = s.get("reference") or {}
                 lines.append(f"| {key} | {s['counts']['decisions']} | {_fmt(s['accuracy'], True)} | {_fmt(s['nll'])} | "
-                             f"{_fmt(s['ece'])} |")
+                             f"{_fmt(s['ece'])} |" + (f" {_fmt(sref.get('accuracy'), True)} | {_fmt(sref.get('ece'))} |"
+                                                      if ref else ""))
         slots = m.get("slots") or []
         if slots:
             names = r.slot_labels or {}
@@ -207,7 +218,7 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
         lines.append(f"- all {tot['invocations']} invocations: {tot['requests']} requests in "
                      f"{tot['inference_seconds']:.1f} s of inference.")
     lines += ["", "## Glossary", "", *[f"- {g}" for g in GLOSSARY]]
-    (out_dir / "report.md").write_text("\n".join(lines) + "\n")
+    (out_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return metrics
 
 

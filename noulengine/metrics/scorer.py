@@ -45,6 +45,10 @@ Report keys (every metric in float64, ``None`` where no decision qualifies, neve
   ``metadata_slices`` key (``record.metadata[key]`` as a string, e.g. a suite manifest's
   ``"slices": ["level"]``); a dimension is left out when no decision has a value for it, and a
   missing value is keyed ``"<none>"``.
+* ``reference``: only for records carrying a benchmark family's own rules
+  (``record.metadata["protocol"]``): the source's accuracy (its tie order), NLL floor, ECE bins,
+  ordinal errors in its own values, posterior-only losses, unscored and unsupported questions
+  (:mod:`noulengine.metrics.reference`); in every slice too.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ import torch
 
 from noulengine.metrics import functional as F
 from noulengine.metrics.calibration import N_BINS, expected_calibration_error
+from noulengine.metrics.reference import FieldRule, Protocol, parse_field_rule, parse_protocol, reference_block
 from noulengine.metrics.slots import slot_shares
 from noulengine.metrics.validation import answer_probabilities, validate_answer
 from noulengine.records.schema import Question, Record
@@ -80,6 +85,8 @@ class Decision:
     probs: tuple[float, ...] | None
     error: str | None
     metadata: tuple[tuple[str, str | None], ...] = ()  # the record's metadata_slices values
+    protocol: Protocol | None = None  # the suite's own scoring rules (record.metadata["protocol"])
+    rule: FieldRule | None = None  # this question's rules under that protocol
 
     @property
     def scored(self) -> bool:
@@ -149,6 +156,8 @@ class Scorer:
 
     def reset(self) -> None:
         self.decisions: list[Decision] = []
+        self.unscored: list[tuple[int, str]] = []  # (row, field): asked, with no gold, scored by no metric
+        self._family: str | None = None
         self._rows = 0
 
     def update(self, record: Record, answer_map: dict) -> None:
@@ -167,13 +176,23 @@ class Scorer:
         meta = record.metadata if isinstance(record.metadata, dict) else {}
         suite = meta.get("suite")
         sliced = tuple((k, None if meta.get(k) is None else str(meta[k])) for k in self.metadata_slices)
+        raw_protocol = meta.get("protocol")
+        protocol = parse_protocol(raw_protocol)
+        if protocol is not None:
+            self._family = protocol.family
+            self.unscored += [(row, f) for f in raw_protocol.get("unscored", ()) if f in questions]
         for fld, target in record.targets.items():
             q = questions[fld]
             gold, dist = _gold(q, target)
             if gold is None and dist is None:
                 continue
+            rule = None
+            if protocol is not None:
+                rule = parse_field_rule((raw_protocol.get("fields") or {}).get(fld), q.num_candidates)
             probs, error = None, None
-            if answer_map.get("missing"):  # no prediction row at all (external scoring)
+            if rule is not None and rule.unsupported:  # never answerable here: an error, visible in coverage
+                error = "unsupported_modality"
+            elif answer_map.get("missing"):  # no prediction row at all (external scoring)
                 error = "missing_prediction"
             elif record_error is not None:
                 error = "record_error"
@@ -187,6 +206,7 @@ class Scorer:
                 row=row, field=fld, type=q.type, category=record.category,
                 suite=str(suite) if suite is not None else None, num_candidates=q.num_candidates,
                 gold=gold, gold_distribution=dist, probs=probs, error=error, metadata=sliced,
+                protocol=protocol, rule=rule,
             ))
 
     def reliability_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -210,6 +230,9 @@ class Scorer:
                 groups.setdefault(NONE_KEY if v is None else v, []).append(d)
             slices[dim] = {k: summarize(g, n_bins=self.n_bins) for k, g in sorted(groups.items())}
         report["slices"] = slices
+        if self.unscored:
+            report.setdefault("reference", {"family": self._family})["unscored"] = {
+                "questions": len(self.unscored), "rows": len({r for r, _ in self.unscored})}
         return report
 
 
@@ -304,6 +327,9 @@ def summarize(decisions: Sequence[Decision], *, n_bins: int = N_BINS) -> dict:
         dist.update(kl=_f(F.kl_divergence(q, p)), brier_vs_distribution=_f(F.brier_distribution(p, q)),
                     tvd=_f(F.total_variation(p, q)), status="ok")
     out["distribution"] = dist
+    reference = reference_block(decisions)
+    if reference is not None:
+        out["reference"] = reference
     return out
 
 

@@ -126,10 +126,11 @@ def resolve_suites(name: str) -> tuple[str, list[str]]:
 
 
 def expand_tasks(names: list[str] | None = None, collection: str = DEFAULT_COLLECTION) -> list[str]:
-    """Suite names for a task list: ``None`` -> the default list; group names (``"jevbench"``)
-    expand to their members; unknown names fail with a did-you-mean."""
+    """Suite names for a task list: ``None`` -> what ``collection`` stands for (a collection's
+    default list, a group's members, or one suite: ``--suite zh-decision-bench``); group names
+    (``"jevbench"``) expand to their members; unknown names fail with a did-you-mean."""
     if names is None:
-        return default_tasks(collection)
+        return resolve_suites(collection)[1]
     suites, groups = _discover(), _groups()
     out: list[str] = []
     for name in names:

@@ -24,7 +24,7 @@ from noulengine.records.errors import RecordError
 from noulengine.records.loader import iter_jsonl, load_records, parse_json_line
 from noulengine.records.schema import Record
 
-FORMATS = ("canonical", "jevbench")
+FORMATS = ("canonical", "jevbench")  # plus the benchmark families' formats (noulengine.eval.suites.families)
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,11 @@ class Suite:
         self.manifest = read_manifest(self.directory / MANIFEST)
         self.name: str = self.manifest["name"]
         self.version: str = self.manifest["suite_version"]
-        if self.format not in FORMATS:
-            raise SuiteError(f"suite {self.name!r}: unknown format {self.format!r}; expected one of {FORMATS}")
+        from noulengine.eval.suites.families import FAMILY_FORMATS
+
+        if self.format not in FORMATS + tuple(FAMILY_FORMATS):
+            raise SuiteError(f"suite {self.name!r}: unknown format {self.format!r}; expected one of "
+                             f"{FORMATS + tuple(FAMILY_FORMATS)}")
         self._module: ModuleType | None = None
 
     def __repr__(self) -> str:
@@ -79,8 +82,18 @@ class Suite:
 
     @property
     def format(self) -> str:
-        """``"canonical"`` (records on disk) or ``"jevbench"`` (upstream items, adapted at load)."""
+        """``"canonical"`` (records on disk), ``"jevbench"`` (upstream items, adapted at load) or a
+        benchmark family's upstream format (``"zh-decision-bench"``, ``"decisionbench"``, ...; see
+        :mod:`noulengine.eval.suites.families`), adapted at load."""
         return self.manifest.get("format", "canonical")
+
+    @property
+    def local_copy(self) -> bool:
+        """True for a suite read from a user's local copy of a release this project does not pin
+        (manifest ``"local_copy": true``): it is copied from ``--source`` at every load, its
+        sha256 is recorded (:meth:`prepared_pins`) but checked against nothing, and without its
+        source it is unavailable (an earlier copy is never reused)."""
+        return bool(self.manifest.get("local_copy"))
 
     @property
     def module(self) -> ModuleType:
@@ -163,19 +176,28 @@ class Suite:
             return self.directory  # a procedural suite reads no data
         if data is None:
             tried = ", ".join(str(p) for p in data_candidates(source))
-            raise SuiteUnavailableError(self.name, f"no data folder found (tried {tried}; set NOULENGINE_DATA "
-                                                   "or pass source=)")
+            raise SuiteUnavailableError(self.name, self._unavailable_reason(
+                f"no data folder found (tried {tried}; set NOULENGINE_DATA or pass source=)"))
         missing = [rel for rel in self.source_files if not (data / rel).is_file()]
         if missing:
-            raise SuiteUnavailableError(self.name, f"source data absent under {data}: {', '.join(missing)}")
+            raise SuiteUnavailableError(self.name, self._unavailable_reason(
+                f"source data absent under {data}: {', '.join(missing)}"))
         return data
 
     def _pins(self, key: str) -> dict[str, str]:
         return {e["path"]: e["sha256"] for e in self.manifest.get(key, [])}
 
     def prepared_pins(self) -> dict[str, str]:
-        """The manifest's sha256 of each prepared file, by path (what a run records and a merge compares)."""
+        """The manifest's sha256 of each prepared file, by path (what a run records and a merge compares);
+        for a :attr:`local_copy` suite, the sha256 of the copy its last load read."""
+        if self.local_copy:
+            return {rel: sha256_file(self.prepared_dir / rel) for rel in self.output_files
+                    if (self.prepared_dir / rel).is_file()}
         return self._pins("prepared_files")
+
+    def _unavailable_reason(self, reason: str) -> str:
+        download = self.manifest.get("download")
+        return f"{reason}; {download}" if download else reason
 
     def prepare(self, source: str | Path | None = None, force: bool = False, *, check_pins: bool = True) -> Path:
         """Build the prepared file(s) from raw data and check them against the manifest.
@@ -194,6 +216,9 @@ class Suite:
             SourceFileChangedError: a raw file differs from the one pinned.
             PreparedFileChangedError: the preparation did not reproduce the pinned file.
         """
+        if self.local_copy:
+            check_pins = False  # nothing to check against: the copy's sha256 is recorded, not compared
+            force = True  # always the source's current bytes, never an earlier copy
         if not force and check_pins and self.prepared_path.is_file():
             return self.verify()  # a changed file is refused; prepare(force=True) rebuilds it
         data = self.source_dir(source)
@@ -219,6 +244,12 @@ class Suite:
             SuiteUnavailableError: not prepared yet.
             PreparedFileChangedError: a prepared file changed (names file, expected and actual sha256).
         """
+        if self.local_copy:
+            missing = [rel for rel in self.output_files if not (self.prepared_dir / rel).is_file()]
+            if missing:
+                raise SuiteUnavailableError(self.name, f"not prepared: {', '.join(missing)} missing under "
+                                                       f"{self.prepared_dir}; run prepare()")
+            return self.prepared_path
         pins = self.prepared_pins()
         if not pins:
             raise SuiteError(f"suite {self.name!r}: its manifest pins no prepared file")
@@ -232,6 +263,13 @@ class Suite:
 
     def available(self, source: str | Path | None = None) -> SuiteStatus:
         """The suite's status (never raises for missing or changed data)."""
+        if self.local_copy:
+            try:
+                data = self.source_dir(source)
+            except SuiteUnavailableError as exc:
+                return SuiteStatus(self.name, "unavailable", exc.reason)
+            return SuiteStatus(self.name, "preparable", f"local copy found under {data} (not pinned by this project: "
+                                                        "its sha256 is recorded in run.json, not checked)")
         if self.prepared_path.is_file():
             try:
                 self.verify()
@@ -261,12 +299,18 @@ class Suite:
         Raises:
             SuiteUnavailableError, PreparedFileChangedError, RecordError.
         """
-        if auto_prepare and not self.prepared_path.is_file():
+        if self.local_copy and auto_prepare:
+            self.prepare(source=source)  # a fresh copy of the source every time
+        elif auto_prepare and not self.prepared_path.is_file():
             self.prepare(source=source)
         if verify:
             self.verify()
         if self.format == "jevbench":
             return self._load_jevbench()
+        if self.format != "canonical":
+            from noulengine.eval.suites.families import load_family
+
+            return load_family(self, source=source)
         # a suite's image paths are relative to its own prepared folder, whatever MEDIA_ROOT says
         result = load_records(self.prepared_path, check_duplicate_ids=False, media_root=self.prepared_dir)
         result.raise_if_errors()
