@@ -386,7 +386,7 @@ SUBCOMMANDS = {  # verbs whose parsers live with their modules
     "score": ("noulengine.eval.score", "score predictions from any system against a suite"),
     "calibrate": ("noulengine.calibrate.__main__", "fit temperatures on a validation file"),
     "serve": ("noulengine.serve.__main__", "run the HTTP service"),
-    "bench": ("noulengine.bench_cli", "measure speed against naive baselines"),
+    "bench": ("noulengine.bench.cli", "measure speed against naive baselines"),
     "train": ("noulengine.train.__main__", "fine-tune a model into a decision model"),
 }
 

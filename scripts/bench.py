@@ -3,7 +3,7 @@
 
 import sys
 
-from noulengine.bench import main
+from noulengine.bench.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

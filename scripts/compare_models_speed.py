@@ -6,7 +6,7 @@
 
 Both engines are loaded once; each repetition times ``Engine.decide_batch`` on every workload for
 A then B (then B then A on the next repetition, so neither always runs on a warmer machine), with
-the bench's own workloads (:func:`noulengine.bench.build_workloads`, full sizes: 6 Typed-Decisions
+the bench's own workloads (:func:`noulengine.bench.workloads.build_workloads`, full sizes: 6 Typed-Decisions
 states of 5 questions, 200 AG News rows). The cross-request prefix store is cleared before every
 timed call, so no model reuses prefixes cached by a previous repetition. It prints decisions/s per
 model (median over repetitions), the ratio B/A, and each model's accuracy where the workload has
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from noulengine import Engine
-    from noulengine.bench import build_workloads
+    from noulengine.bench.workloads import build_workloads
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -6,8 +6,11 @@ import pytest
 import torch
 
 from noulengine import Engine
-from noulengine.bench import (MODEL_CONFIGS, Prepared, baseline_prompts, markdown, max_prob_diff,
-                              non_embedding_params, percentile, run_batched, run_engine, run_naive)
+from noulengine.bench.cli import MODEL_CONFIGS
+from noulengine.bench.report import markdown
+from noulengine.bench.roofline import non_embedding_params
+from noulengine.bench.runner import percentile
+from noulengine.bench.variants import Prepared, baseline_prompts, max_prob_diff, run_batched, run_engine, run_naive
 from noulengine.records.schema import request_from_json
 from tests.conftest import three_question_request
 
@@ -88,7 +91,7 @@ def test_markdown_renders():
 def test_long_state_requests_share_one_state_and_grow_by_questions():
     import pytest
 
-    from noulengine.bench import long_state_requests
+    from noulengine.bench.workloads import long_state_requests
     from tests.conftest import SHARED_DATA
 
     if not (SHARED_DATA / "wildjailbreak").is_dir():
@@ -111,7 +114,7 @@ def test_matmul_peak_is_positive_and_finite_on_cpu():
 
     import torch
 
-    from noulengine.bench import matmul_peak
+    from noulengine.bench.roofline import matmul_peak
 
     peak = matmul_peak(torch.device("cpu"), torch.float32, sizes=(64, 96), reps=2)
     assert math.isfinite(peak) and peak > 0
@@ -119,7 +122,7 @@ def test_matmul_peak_is_positive_and_finite_on_cpu():
 
 def test_peer_variant_runs_on_the_same_weights(tiny_llama, tiny_tokenizer):
     """The peer (anyjev, the `bench` extra) answers AG News-shaped requests on the engine's own model."""
-    from noulengine.bench_peer import Peer, peer_unavailable
+    from noulengine.bench.peer import Peer, peer_unavailable
 
     why = peer_unavailable()
     if why:
@@ -143,7 +146,7 @@ def test_peer_variant_runs_on_the_same_weights(tiny_llama, tiny_tokenizer):
 
 
 def test_workload_names_match_the_builder_and_unknown_ones_exit_2():
-    from noulengine.bench import WORKLOAD_NAMES, build_workloads, main
+    from noulengine.bench import WORKLOAD_NAMES, build_workloads, main  # the package re-exports its parts
 
     workloads, _ = build_workloads(quick=True)
     assert tuple(w.name for w in workloads) == WORKLOAD_NAMES

@@ -1,12 +1,12 @@
 """``noulengine bench`` flags, kept free of torch (``--help`` answers at once); the bench itself
-is :mod:`noulengine.bench`."""
+is :mod:`noulengine.bench.runner`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from noulengine.bench_peer import PEER
+from noulengine.bench.peer import PEER
 
 # Random-weight model configs at realistic sizes (values copied from the public configs).
 MODEL_CONFIGS = {
@@ -59,9 +59,9 @@ def parse_args(argv):
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Parse the flags (``--help`` needs no torch), then run :func:`noulengine.bench.run`."""
+    """Parse the flags (``--help`` needs no torch), then run :func:`noulengine.bench.runner.run`."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from noulengine.bench import run
+    from noulengine.bench.runner import run
 
     return run(args)
 
