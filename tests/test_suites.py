@@ -22,7 +22,9 @@ needs_data = pytest.mark.skipif(DATA is None, reason="shared data not found: set
                                                      "<repo>/../shared/data")
 ALL = ["agnews", "jevbench_easy", "jevbench_hard", "jevbench_original", "known-distribution-pilot", "procedural",
        "shapes", "toolace", "typed_decisions", "wildjailbreak", "zh-decision-bench"]
-NOT_ACCURACY_V1 = ("known-distribution-pilot", "procedural", "shapes", "zh-decision-bench")  # their own collections
+JEVALKIT = ["decisionbench", "jevalt-bench"]  # local copies of public releases (jevalkit-v1)
+ALL = sorted(ALL + JEVALKIT)
+NOT_ACCURACY_V1 = ("known-distribution-pilot", "procedural", "shapes", "zh-decision-bench", *JEVALKIT)  # own collections
 
 
 def _require_sources(suite: Suite) -> None:
