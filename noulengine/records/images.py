@@ -21,6 +21,7 @@ import base64
 import binascii
 import io
 import re
+from dataclasses import dataclass
 
 from noulengine.records.errors import RecordError, SizeLimitError
 
@@ -32,6 +33,18 @@ ALLOWED_MIME = ("image/png", "image/jpeg", "image/webp", "image/gif")
 _FORMAT_MIME = {"png": "image/png", "jpeg": "image/jpeg", "mpo": "image/jpeg", "webp": "image/webp", "gif": "image/gif"}
 _DATA_URL = re.compile(r"^data:(image/[a-z0-9.+-]+);base64,(.*)$", re.S)
 _B64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
+
+
+@dataclass(frozen=True)
+class Image:
+    """One decoded image: its MIME type and raw bytes (already validated by the caller).
+
+    Defined here, beside the rules that build it; :mod:`noulengine.records.schema` (a request's
+    ``images``) imports it from here, so the two modules import in one direction only.
+    """
+
+    mime_type: str
+    data: bytes
 
 
 def strict_b64decode(text: str, *, record_id=None, field=None) -> bytes:
@@ -63,14 +76,12 @@ def decode_image(raw, *, record_id=None, field="images[0]"):
     """Decode ``{"type": "image/png", "data": "<base64>"}`` or a ``data:`` URL string.
 
     Returns:
-        :class:`noulengine.records.schema.Image` with the decoded bytes.
+        :class:`Image` with the decoded bytes.
 
     Raises:
         RecordError: bad shape, bad base64, unsupported type, over a size limit, undecodable,
             animated, or a server path / remote URL (never fetched).
     """
-    from noulengine.records.schema import Image
-
     if isinstance(raw, str):
         m = _DATA_URL.match(raw)
         if not m:
@@ -139,14 +150,12 @@ def _pillow_reason(exc: Exception) -> str:
 
 
 def image_from_bytes(blob: bytes, *, record_id=None, field="images[0]"):
-    """An :class:`~noulengine.records.schema.Image` from encoded bytes, its type read by Pillow.
+    """An :class:`Image` from encoded bytes, its type read by Pillow.
 
     Raises:
         RecordError / SizeLimitError: over a limit, not an image, an unsupported format, animated.
     """
     from PIL import Image as PILImage
-
-    from noulengine.records.schema import Image
 
     _check_size(len(blob), "image", record_id, field)
     try:
@@ -163,7 +172,7 @@ def image_from_bytes(blob: bytes, *, record_id=None, field="images[0]"):
 
 
 def image_from_pil(image, *, record_id=None, field="images[0]"):
-    """An :class:`~noulengine.records.schema.Image` from a ``PIL.Image.Image`` (stored as PNG,
+    """An :class:`Image` from a ``PIL.Image.Image`` (stored as PNG,
     lossless, so the model reads exactly these pixels)."""
     n = image.width * image.height
     if n > MAX_IMAGE_PIXELS:
@@ -201,7 +210,7 @@ def load_image_file(path: str, *, media_root, record_id=None, field="images[0]")
 
 
 def coerce_image(raw, *, record_id=None, field="images[0]", media_root=None):
-    """Any accepted image form as a checked :class:`~noulengine.records.schema.Image`.
+    """Any accepted image form as a checked :class:`Image`.
 
     Args:
         raw: ``{"type", "data"}`` or a ``data:`` URL (base64); an ``Image``; a
@@ -212,8 +221,6 @@ def coerce_image(raw, *, record_id=None, field="images[0]", media_root=None):
     Raises:
         RecordError / SizeLimitError: see :func:`decode_image`, :func:`load_image_file`.
     """
-    from noulengine.records.schema import Image
-
     if isinstance(raw, Image):
         return image_from_bytes(raw.data, record_id=record_id, field=field)
     if isinstance(raw, (bytes, bytearray, memoryview)):
@@ -229,7 +236,7 @@ def coerce_image(raw, *, record_id=None, field="images[0]", media_root=None):
 
 
 def check_images(images, *, record_id=None) -> None:
-    """Every rule for already-built :class:`~noulengine.records.schema.Image` objects (a
+    """Every rule for already-built :class:`Image` objects (a
     ``Request`` made in Python, not parsed): count, combined size, and per image its declared
     type, size, pixel count, stillness and that Pillow reads it as that type.
 

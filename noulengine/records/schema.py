@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from noulengine.records.errors import RecordError
+from noulengine.records.images import MAX_IMAGES, Image, check_image_list, coerce_image  # Image: re-exported
 
 QUESTION_TYPES = ("choice", "score", "noul")
 QUESTION_KEYS = ("type", "instructions", "criteria", "answer")  # "answer": legacy gold, evaluation only
@@ -72,14 +73,6 @@ class Question:
             "labels": list(self.labels),
             "descriptions": list(self.descriptions),
         }
-
-
-@dataclass(frozen=True)
-class Image:
-    """One decoded image: its MIME type and raw bytes (already validated by the caller)."""
-
-    mime_type: str
-    data: bytes
 
 
 @dataclass(frozen=True)
@@ -371,8 +364,6 @@ def parse_record(obj: Any, *, media_root=None) -> Record:
 def _parse_images(rid, images: Any, *, media_root=None) -> tuple[Image, ...]:
     """Decode and check every image (in order), then the request-level limits (count, combined
     bytes). The count is checked first, so a request with too many images decodes none."""
-    from noulengine.records.images import MAX_IMAGES, check_image_list, coerce_image
-
     if not isinstance(images, (list, tuple)):
         raise _fail(rid, "images", "images must be a list")
     if len(images) > MAX_IMAGES:
