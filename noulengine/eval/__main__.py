@@ -111,7 +111,7 @@ def _finish(results, out: Path, meta: dict, what: str = "") -> int:
 
 
 def _merge(args) -> int:
-    from noulengine.eval.shards import ShardMergeError, merge_runs
+    from noulengine.eval.merge import ShardMergeError, merge_runs
     from noulengine.eval.suites.errors import SuiteError
 
     if args.workers is None or args.worker is not None:
