@@ -14,7 +14,7 @@ from noulengine.eval.suites import (PreparedFileChangedError, SourceFileChangedE
                                     UnknownSuiteError, canonical_from_jevbench, default_tasks, expand_tasks,
                                     get_suite, limit_rows, list_suites, parse_jevbench, resolve_data_dir,
                                     sample_rows, sha256_file)
-from noulengine.eval.suites.manifest import computed_fields
+from noulengine.eval.suites.refresh import computed_fields
 from noulengine.records.schema import canonical_json, parse_record
 
 DATA = resolve_data_dir()

@@ -11,7 +11,7 @@ import json
 import sys
 
 from noulengine.eval.suites.errors import SuiteError
-from noulengine.eval.suites.manifest import refresh_manifest
+from noulengine.eval.suites.refresh import refresh_manifest
 from noulengine.eval.suites.registry import expand_tasks, get_suite, list_suites
 
 
