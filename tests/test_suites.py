@@ -22,7 +22,8 @@ needs_data = pytest.mark.skipif(DATA is None, reason="shared data not found: set
                                                      "<repo>/../shared/data")
 ALL = ["agnews", "jevbench_easy", "jevbench_hard", "jevbench_original", "known-distribution-pilot", "procedural",
        "shapes", "toolace", "typed_decisions", "wildjailbreak", "zh-decision-bench"]
-JEVALKIT = ["decisionbench", "jevalt-bench", "procedural-typed-decisions", "decision-index"]  # local copies of public releases (jevalkit-v1)
+JEVALKIT = ["decisionbench", "jevalt-bench", "procedural-typed-decisions", "decision-index",
+            "visual-decision-bench"]  # local copies of public releases (jevalkit-v1)
 ALL = sorted(ALL + JEVALKIT)
 NOT_ACCURACY_V1 = ("known-distribution-pilot", "procedural", "shapes", "zh-decision-bench", *JEVALKIT)  # own collections
 

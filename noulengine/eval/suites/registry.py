@@ -128,13 +128,14 @@ def resolve_suites(name: str) -> tuple[str, list[str]]:
 def expand_tasks(names: list[str] | None = None, collection: str = DEFAULT_COLLECTION) -> list[str]:
     """Suite names for a task list: ``None`` -> what ``collection`` stands for (a collection's
     default list, a group's members, or one suite: ``--suite zh-decision-bench``); group names
-    (``"jevbench"``) expand to their members; unknown names fail with a did-you-mean."""
+    (``"jevbench"``) and collection names (``"jevalkit-v1"``) expand to their members; unknown names
+    fail with a did-you-mean."""
     if names is None:
         return resolve_suites(collection)[1]
-    suites, groups = _discover(), _groups()
+    suites, groups, collections = _discover(), _groups(), _collections()
     out: list[str] = []
     for name in names:
-        members = groups.get(name, [name])
+        members = groups.get(name) or (collections.get(name) if name not in suites else None) or [name]
         for member in members:
             if member not in suites:
                 raise _unknown(member, sorted(suites) + sorted(groups))
