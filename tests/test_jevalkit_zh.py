@@ -319,3 +319,18 @@ def test_report_keeps_chinese_labels(tiny_llama, tiny_tokenizer, tmp_path):
     write_outputs(results, tmp_path, {"suite": "zh-decision-bench", "engine": engine.describe(), "selection": {"limit": 3}})
     report = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "| 1 | 闹钟计时 |" in report
+
+
+@needs_data
+def test_training_guard_indexes_both_files():
+    """The evaluation-overlap guard indexes the projected records of both files (378 rows), so a
+    training row repeating a business_scenarios state is refused, not only a voice_routing one."""
+    from noulengine.train.contamination import EvaluationIndex, index_records
+
+    suite = get_suite("zh-decision-bench")
+    index = EvaluationIndex()
+    index_records(index, suite, suite.load())
+    assert index.suites["zh-decision-bench"]["rows"] == 378
+    assert index.overlap("t1", "我的快递三天了一直显示在揽收，到底发没发货啊")[0] == "state"  # syn_cs_0001
+    assert index.overlap("t2", "五点提醒我")[0] == "state"  # mass_0030
+    assert index.overlap("syn_cs_0001", "anything")[0] == "id"

@@ -139,8 +139,11 @@ def build_evaluation_index(*, source: str | None = None, prepare: bool = True) -
     index = EvaluationIndex()
     for name in list_suites():
         suite = get_suite(name)
+        rows = None
         try:
             path = suite.prepare(source) if prepare else suite.verify()
+            if suite.format not in ("canonical", "jevbench"):  # a benchmark family's upstream rows, projected at load
+                rows = suite.load(source=source, auto_prepare=False)
         except Exception as exc:  # noqa: BLE001 - recorded per suite; hash mismatches re-raised below
             from noulengine.eval.suites.errors import PreparedFileChangedError, SourceFileChangedError
 
@@ -148,8 +151,25 @@ def build_evaluation_index(*, source: str | None = None, prepare: bool = True) -
                 raise
             index.suites[name] = {"status": "unavailable", "reason": str(exc).splitlines()[0][:200]}
             continue
-        index_suite(index, suite, path)
+        if rows is not None:
+            index_records(index, suite, rows)
+        else:
+            index_suite(index, suite, path)
     return index
+
+
+def index_records(index: EvaluationIndex, suite, rows) -> None:
+    """Add a suite's loaded ``(row, Record)`` pairs to ``index``: for the benchmark families
+    (:mod:`noulengine.eval.suites.families`), whose upstream rows span several files or keep the
+    state as a JSON string, so the model's own evidence is indexed, not the raw line."""
+    from noulengine.vision.inputs import pixel_digest
+
+    leaves = suite.manifest.get("overlap_leaf_strings", True) is not False
+    for _, rec in rows:
+        index.add(suite.name, rec.id, rec.request.state, tuple(pixel_digest(im) for im in rec.request.images),
+                  leaves=leaves)
+    index.suites[suite.name] = {"rows": len(rows), "path": str(suite.prepared_dir),
+                                **({} if leaves else {"leaf_strings": False})}
 
 
 def index_suite(index: EvaluationIndex, suite, path: Path) -> None:
