@@ -106,3 +106,30 @@ def test_run_json_records_the_local_copys_sha256(bench, tiny_llama, tiny_tokeniz
     assert pins == {f"{lang}/test.jsonl": sha256_file(FIXTURES / "jevalt-bench" / lang / "test.jsonl")
                     for lang in ("en", "tr", "de")}
     assert json.dumps(pins)  # what eval writes into run.json's suite_sha256
+
+
+@needs_zh
+def test_sharded_run_merges_to_the_single_run(bench, data_root, tiny_llama, tiny_tokenizer, monkeypatch, tmp_path,
+                                              capsys):
+    """Two workers over three families (pinned and local copies), merged with --source: the same
+    predictions and metrics, reference blocks included, as one run."""
+    from noulengine import Engine, cli
+    from noulengine.eval.__main__ import main
+
+    engine = Engine.from_model(tiny_llama, tiny_tokenizer, max_batch_size=1)
+    monkeypatch.setattr(cli, "engine_from_args", lambda args: engine)
+    common = ["--suite", "jevalkit-v1", "--tasks", "zh-decision-bench,decisionbench,jevalt-bench", "--limit", "4",
+              "--source", str(data_root), "--no-progress", "--no-plots"]
+    single, sharded = tmp_path / "single", tmp_path / "sharded"
+    assert main(common + ["--output", str(single)]) == 0
+    for r in range(2):
+        assert main(common + ["--output", str(sharded), "--worker", str(r), "--workers", "2"]) == 0
+    assert main(["--merge", "--workers", "2", "--output", str(sharded), "--source", str(data_root), "--no-plots"]) == 0
+    a = json.loads((single / "metrics.json").read_text(encoding="utf-8"))
+    b = json.loads((sharded / "metrics.json").read_text(encoding="utf-8"))
+    for name in ("zh-decision-bench", "decisionbench", "jevalt-bench"):
+        ma, mb = a[name]["metrics"], b[name]["metrics"]
+        assert ma["counts"] == mb["counts"] and ma["reference"]["accuracy"] == mb["reference"]["accuracy"]
+        assert ma["reference"]["ece"] == pytest.approx(mb["reference"]["ece"], abs=1e-9)
+    run = json.loads((sharded / "run.json").read_text(encoding="utf-8"))
+    assert set(run["suite_sha256"]["decisionbench"]) == {"eval.jsonl"}
