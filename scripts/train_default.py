@@ -26,7 +26,8 @@ Steps (one command; ``--steps`` runs a subset):
    written into the model folder as
    ``calibration.json``.
 4. ``install``: copy the adapter, ``training.json`` and ``calibration.json`` into
-   ``noulengine/models/default_adapter/`` (what ``Engine.from_pretrained()`` loads).
+   ``noulengine/models/default_adapter/`` (what ``Engine.from_pretrained()`` loads) and pin the
+   adapter's sha256 in ``noulengine/models/loading.py`` (``DEFAULT_ADAPTER_SHA256``).
 
 Usage::
 
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -233,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
         DEFAULT_ADAPTER_DIR.mkdir(parents=True, exist_ok=True)
         for name in ADAPTER_FILES:
             shutil.copy2(model_dir / name, DEFAULT_ADAPTER_DIR / name)
+        # the loader refuses an adapter whose sha256 is not the pinned one: pin the new one
+        loading = REPO / "noulengine" / "models" / "loading.py"
+        digest = sha256_file(DEFAULT_ADAPTER_DIR / "adapter_model.safetensors")
+        text = re.sub(r'^DEFAULT_ADAPTER_SHA256 = "[0-9a-f]{64}"$', f'DEFAULT_ADAPTER_SHA256 = "{digest}"',
+                      loading.read_text(encoding="utf-8"), count=1, flags=re.M)
+        loading.write_text(text, encoding="utf-8")
         print(f"installed into {DEFAULT_ADAPTER_DIR}:")
         for name in ADAPTER_FILES:
             print(f"  {name} sha256 {sha256_file(DEFAULT_ADAPTER_DIR / name)}")
