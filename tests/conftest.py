@@ -157,3 +157,38 @@ def default_engine():
         return Engine.from_pretrained()
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))
+
+
+TOPIC_CRITERIA = {"world": "World news.", "sports": "Sports.", "business": "Business.", "sci_tech": "Science."}
+
+
+def topic_request(state, criteria=TOPIC_CRITERIA, **extra_questions):
+    """An AG News-shaped request: one four-option choice question (plus any ``extra_questions``)."""
+    return {"state": {"text": state}, "questions": {
+        "topic": {"type": "choice", "instructions": "Which topic?", "criteria": criteria}, **extra_questions}}
+
+
+def biased_head_engine(model, tokenizer, *, readout: str, label: str, bias: float = 40.0):
+    """An engine on a copy of ``model`` whose head adds ``bias`` to the tokens that read ``label``
+    of :data:`TOPIC_CRITERIA` in criteria order (tokens other candidates also read, such as the end
+    token, are left alone). With ``symbols`` that is the slot-0 symbol, so the model answers by
+    slot; with ``label-sequence`` it is the label's own text, so it answers by content."""
+    import copy
+
+    from noulengine import Engine
+    from noulengine.records.schema import request_from_json
+
+    probe = Engine.from_model(model, tokenizer, readout=readout)
+    plan = probe.compile(request_from_json(topic_request("The server rejected 3 logins."))).questions[0]
+    k = plan.labels.index(label)
+    reads = [(tok, plan.alt_vc[alt] % plan.num_candidates) for tok, alt in zip(plan.term_tok, plan.term_alt)]
+    tokens = {t for t, c in reads if c == k} - {t for t, c in reads if c != k}
+    m = copy.deepcopy(model)
+    old = m.get_output_embeddings().weight
+    head = torch.nn.Linear(old.shape[1], old.shape[0], bias=True)
+    with torch.no_grad():
+        head.weight.copy_(old.detach())
+        head.bias.zero_()
+        head.bias[sorted(tokens)] = bias
+    m.set_output_embeddings(head)
+    return Engine.from_model(m.eval(), tokenizer, readout=readout)

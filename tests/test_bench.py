@@ -151,3 +151,35 @@ def test_workload_names_match_the_builder_and_unknown_ones_exit_2():
     workloads, _ = build_workloads(quick=True)
     assert tuple(w.name for w in workloads) == WORKLOAD_NAMES
     assert main(["--workloads", "agnews_1q,typo"]) == 2
+
+
+def test_probe_reverse_reports_the_change_share_per_workload(tiny_llama, tiny_tokenizer):
+    """`noulengine bench --probe reverse`: each workload answered again with its options reversed
+    (untimed); a model that answers by slot changes every choice answer."""
+    from noulengine.bench.runner import order_probe
+    from noulengine.bench.workloads import Workload
+    from tests.conftest import biased_head_engine, topic_request
+
+    engine = biased_head_engine(tiny_llama, tiny_tokenizer, readout="symbols", label="world")
+    states = ["Stocks fell.", "The team won.", "A new chip."]
+    wl = Workload("agnews_like", [request_from_json(topic_request(s)) for s in states], golds=[{"topic": "world"}] * 3)
+    p = order_probe(engine, wl)
+    assert (p["items"], p["changed"], p["change_share"]) == (3, 3, 1.0)
+    assert p["accuracy_in_order"] == 1.0 and p["accuracy_reversed"] == 0.0
+    typed = Workload("typed", [request_from_json(three_question_request())])  # no golds: the share alone
+    q = order_probe(engine, typed)
+    assert q["items"] == 1 and q["gold_items"] == 0 and q["accuracy_in_order"] is None
+
+
+def test_markdown_shows_the_probe_table():
+    v = {"decisions_per_s": 2.0, "requests_per_s": 1.0, "tokens_per_s": 100.0, "latency_p50_s": 0.5,
+         "latency_p95_s": 0.9, "peak_memory_bytes": 2 ** 30, "share_of_matmul_peak": 0.25}
+    probe = {"probe": "reverse", "items": 24, "changed": 6, "change_share": 0.25, "errors": 0, "missing": 0,
+             "gold_items": 24, "accuracy_in_order": 0.5, "accuracy_reversed": 0.375}
+    result = {"workloads": [{"name": "agnews_1q", "variants": {"naive": v, "batched": v, "engine": v, "engine_tree": v},
+                             "max_prob_diff": 1e-6, "padding_share": 0.1, "ratio_vs_tree_path": 1.0,
+                             "order_probe": probe}],
+              "cost_by_questions": {"counts": {}, "reps": 1, "marginal_seconds_per_question": None},
+              "matmul_peak_flops": 1.5e11, "dtype": "float32", "device": "cpu", "threads": 2,
+              "non_embedding_params": 1e8, "weights": "pretrained"}
+    assert "| agnews_1q | 24 | 6 | 0.250 | 50.0% | 37.5% |" in markdown(result)

@@ -109,14 +109,17 @@ def test_decide_cli_on_ray_keeps_input_order_and_error_rows(cluster, model_dir, 
     assert [r["answers"] for r in got] == [w["answers"] for w in want]
 
 
-def test_eval_on_ray_writes_what_a_local_run_writes(cluster, model_dir, tmp_path, capsys):
+@pytest.mark.parametrize("probe", [[], ["--probe", "reverse"]], ids=["plain", "probe"])
+def test_eval_on_ray_writes_what_a_local_run_writes(cluster, model_dir, tmp_path, capsys, probe):
+    """... with --probe reverse too: the reversed requests join the same Dataset and every row is
+    written with its probe's answers."""
     from noulengine.eval.__main__ import main
     from tests.conftest import SHARED_DATA
 
     if not (SHARED_DATA / "agnews" / "test.csv").is_file():
         pytest.skip("shared data not present")
     common = ["--tasks", "agnews,jevbench_easy", "--limit", "6", "--model", str(model_dir), "--max-batch-size", "1",
-              "--no-progress", "--no-plots"]
+              "--no-progress", "--no-plots", *probe]
     import torch
 
     threads = torch.get_num_threads()
@@ -126,9 +129,11 @@ def test_eval_on_ray_writes_what_a_local_run_writes(cluster, model_dir, tmp_path
     finally:
         torch.set_num_threads(threads)
     assert main(common + ["--output", str(tmp_path / "ray"), "--ray", "--actors", "2", "--ray-batch-size", "2"]) == 0
-    read = lambda d: {(r["suite"], r["row"]): r["answers"] for r in map(json.loads, (d / "predictions.jsonl").read_text().splitlines())}  # noqa: E731
+    read = lambda d: {(r["suite"], r["row"]): (r["answers"], r.get("probe")) for r in map(json.loads, (d / "predictions.jsonl").read_text().splitlines())}  # noqa: E731
     local, on_ray = read(tmp_path / "local"), read(tmp_path / "ray")
     assert len(on_ray) == 12 and on_ray == local
+    if probe:
+        assert all(p["reverse"]["answers"] for _, p in on_ray.values())  # every row here has a choice question
     a = json.loads((tmp_path / "local" / "metrics.json").read_text())
     b = json.loads((tmp_path / "ray" / "metrics.json").read_text())
     assert a == b

@@ -32,7 +32,7 @@ _EXPORTS = {
     "AGNEWS_SEED": "workloads", "agnews_rows": "workloads", "build_workloads": "workloads",
     "markdown": "report",
     "run": "runner", "load_engine": "runner", "git_revision": "runner", "accuracy": "runner",
-    "measure_workload": "runner", "cost_by_questions": "runner", "percentile": "runner",
+    "measure_workload": "runner", "cost_by_questions": "runner", "percentile": "runner", "order_probe": "runner",
 }
 __all__ = sorted(_EXPORTS)
 

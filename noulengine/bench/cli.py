@@ -52,6 +52,9 @@ def parse_args(argv):
     p.add_argument("--peer", choices=("auto", "on", "off"), default="auto",
                    help=f"the peer variant on AG News ({PEER} from PyPI, same weights): auto runs it when installed "
                         "(default auto; on: exit 2 when it is not installed)")
+    p.add_argument("--probe", choices=("reverse",), default=None,
+                   help="reverse: after timing, answer every workload once more with each choice question's options "
+                        "reversed (untimed) and report the share of answers that change (as eval --probe reverse)")
     p.add_argument("--tolerance", type=float, default=None,
                    help="max allowed probability difference (default 1e-4 float32, 2e-2 otherwise)")
     return p.parse_args(argv)

@@ -33,6 +33,15 @@ def markdown(result: dict) -> str:
                           f"{p['tokens'] / w['decisions']:.0f}; tokens/s {e['tokens_per_s']:.0f} vs "
                           f"{p['tokens_per_s']:.0f}; accuracy {100 * e['accuracy']:.1f}% vs {100 * p['accuracy']:.1f}% "
                           f"(chance {100 * w['chance']:.1f}%, majority {100 * w['gold_majority']:.1f}%)"]
+    probed = [w for w in result["workloads"] if w.get("order_probe")]
+    if probed:
+        lines += ["", "| workload | choice answers | changed by reversal | share | accuracy in order | reversed |",
+                  "|---|---|---|---|---|---|"]
+        for w in probed:
+            p = w["order_probe"]
+            share = "—" if p["change_share"] is None else f"{p['change_share']:.3f}"
+            acc = ["—" if p[k] is None else f"{100 * p[k]:.1f}%" for k in ("accuracy_in_order", "accuracy_reversed")]
+            lines.append(f"| {w['name']} | {p['items']} | {p['changed']} | {share} | {acc[0]} | {acc[1]} |")
     if result.get("peer_skipped"):
         lines += ["", result["peer_skipped"]]
     c = result["cost_by_questions"]

@@ -217,6 +217,21 @@ def measure_workload(engine, wl: Workload, *, reps: int, device, n_params: int, 
     return out
 
 
+def order_probe(engine, wl: Workload, probe: str = "reverse") -> dict:
+    """Untimed: every request of ``wl`` with its probe requests in the same ``decide_batch`` call
+    (:mod:`noulengine.eval.probe`); returns the change share over its choice questions (and the
+    accuracies in order and reversed where the workload has gold labels)."""
+    from noulengine.eval.probe import change_summary, decide_with_probe
+
+    rows = decide_with_probe(engine, wl.requests, probe)
+    golds = wl.golds or [{} for _ in wl.requests]
+    items = [(req, {q.field: gold.get(q.field) for q in req.questions}, row)
+             for req, gold, row in zip(wl.requests, golds, rows)]
+    if engine.prefix_store is not None:
+        engine.prefix_store.clear(keep_pinned=True)  # what the probe cached never serves a timed run
+    return change_summary(items, probe)
+
+
 def cost_by_questions(engine, longs: dict[int, Request], reps: int, device) -> dict:
     """Engine seconds per request for 1, 16 and 32 questions on the same long state.
 
@@ -297,7 +312,7 @@ def run(args) -> int:
         workloads = [w for w in workloads if w.name in wanted]
     result = {"config": {"quick": args.quick, "reps": reps, "model": args.model or "default",
                          "model_config": args.model_config, "attn": args.attn,
-                         "batch_tokens": engine.config.batch_tokens, "tolerance": tol},
+                         "batch_tokens": engine.config.batch_tokens, "tolerance": tol, "probe": args.probe},
               "git_revision": git_revision(), "torch": torch.__version__, "device": str(device),
               "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "dtype": str(dtype).replace("torch.", ""), "threads": torch.get_num_threads(),
@@ -312,9 +327,13 @@ def run(args) -> int:
                                                     else workloads[0].requests[0] if i == 0 or args.attn == "flex"
                                                     else None, peer=peer))
         w = result["workloads"][-1]
+        if args.probe:
+            w["order_probe"] = order_probe(engine, wl, args.probe)
         vs_peer = f", {w['ratio_vs_peer']:.2f}x peer" if "ratio_vs_peer" in w else ""
         print(f"bench: {wl.name}: engine {w['decisions_per_s']:.2f} decisions/s, {w['ratio_vs_naive']:.2f}x naive, "
-              f"{w['ratio_vs_batched']:.2f}x batched{vs_peer}, max prob diff {w['max_prob_diff']:.1e}", flush=True)
+              f"{w['ratio_vs_batched']:.2f}x batched{vs_peer}, max prob diff {w['max_prob_diff']:.1e}"
+              + (f", reversal changed {w['order_probe']['changed']} of {w['order_probe']['items']} choice answers"
+                 if args.probe else ""), flush=True)
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(result, indent=2))  # partial results survive a kill
     if peer is not None:

@@ -30,6 +30,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--chunk", type=int, default=64, help="requests handed to the engine at a time")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-plots", action="store_true", help="skip the reliability diagrams (no matplotlib needed)")
+    p.add_argument("--probe", choices=("reverse",), default=None,
+                   help="reverse: also ask every choice question with its options in reverse order (extra requests "
+                        "in the same batches) and report per suite the share of answers that change, beside the "
+                        "rotation flip rate of --debias permute; part of the run key")
     shard = p.add_argument_group("sharding (docs/evaluation.md#sharded-runs)")
     shard.add_argument("--workers", type=int, metavar="N", help="split every selected suite into N shares by a stable "
                        "hash of the row id")
@@ -47,7 +51,7 @@ def _run_key(args, engine, tasks) -> dict:
     from noulengine.eval.run_state import run_key
 
     return run_key(engine.describe(), suite=args.suite, limit=args.limit, sample=args.sample, seed=args.seed,
-                   tasks=tasks, worker=args.worker, workers=args.workers)
+                   tasks=tasks, worker=args.worker, workers=args.workers, probe=args.probe)
 
 
 def _pct(x) -> str:
@@ -62,16 +66,21 @@ def summary_text(metrics: dict, meta: dict) -> str:
     """The terminal summary of a run: one line per suite, the warnings' count, this and all
     invocations' throughput (report.md has the rest)."""
     rows = [("suite", "status", "rows", "coverage", "accuracy", "chance", "majority", "NLL", "ECE")]
+    # option-order robustness, shown when measured: --probe reverse, and --debias permute's flip rate
+    order = [("reversal changed", "reversal_change_share", "order_probe"), ("rotation flips", "flip_rate", None)]
+    order = [o for o in order if any((m.get("metrics") or {}).get(o[2] or o[1]) is not None for m in metrics.values())]
+    rows[0] += tuple(o[0] for o in order)
     n_warn = 0
     for name, m in metrics.items():
         x = m.get("metrics")
         if not x:
-            rows.append((name, m["status"], "-", "-", "-", "-", "-", "-", "-"))
+            rows.append((name, m["status"], *["-"] * (len(rows[0]) - 2)))
             continue
         n_warn += len(x.get("warnings") or [])
         base = x.get("baselines") or {}
         rows.append((name, m["status"], str(m["rows"]), _pct(x["counts"]["coverage"]), _pct(x["accuracy"]),
-                     _pct(base.get("chance")), _pct(base.get("majority")), _num(x["nll"]), _num(x["ece"])))
+                     _pct(base.get("chance")), _pct(base.get("majority")), _num(x["nll"]), _num(x["ece"]),
+                     *[_num(x.get(key)) for _, key, _ in order]))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     t = meta.get("throughput") or {}
@@ -191,12 +200,14 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     key_path.write_text(json.dumps(key, indent=2) + "\n")
     cfg = EvalConfig(suite=args.suite, tasks=tasks, limit=args.limit, sample=args.sample, seed=args.seed,
                      output=str(out), chunk=args.chunk, source=args.source, progress=not args.no_progress,
-                     plots=not args.no_plots, worker=args.worker, workers=args.workers, ray=ray_config)
+                     plots=not args.no_plots, worker=args.worker, workers=args.workers, ray=ray_config,
+                     probe=args.probe)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     meta = {"suite": args.suite, "git_revision": revision, "engine": engine.describe(), "threads": threads,
             "versions": library_versions(),
             "selection": {"limit": args.limit, "sample": args.sample, "seed": args.seed,
                           **({"worker": args.worker, "workers": args.workers} if args.workers is not None else {})},
+            **({"probe": args.probe} if args.probe else {}),
             **({"ray": {"address": ray_config.address, "actors": ray_config.actors, "cpus_per_actor": ray_config.num_cpus,
                         "gpus_per_actor": ray_config.num_gpus, "batch_size": ray_config.batch_size}}
                if ray_config is not None else {}),

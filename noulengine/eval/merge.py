@@ -22,7 +22,7 @@ from noulengine.records.errors import NoulEngineError
 
 # run_key.json fields every worker must share (worker, the one that must differ, is checked apart)
 SHARED_KEY_FIELDS = ("suite", "tasks", "model_sha256", "readout", "debias", "calibration", "calibration_sha256",
-                     "symbols_fallback", "dtype", "limit", "sample", "seed", "workers")
+                     "symbols_fallback", "dtype", "limit", "sample", "seed", "workers", "probe")
 
 
 class ShardMergeError(NoulEngineError):
@@ -127,7 +127,7 @@ def merge_runs(output: str | Path, workers: int, *, source: str | None = None, p
     runs = load_worker_runs(out, workers)
     key = runs[0]["key"]
     config = EvalConfig(suite=key["suite"], tasks=key.get("tasks"), limit=key.get("limit"), sample=key.get("sample"),
-                        seed=key.get("seed") or 0, output=str(out), source=source, plots=plots)
+                        seed=key.get("seed") or 0, output=str(out), source=source, plots=plots, probe=key.get("probe"))
     names = expand_tasks(config.tasks, collection=config.suite)
     pins = runs[0]["run"].get("suite_sha256") or {}
     suites = {name: get_suite(name) for name in names}
@@ -167,10 +167,12 @@ def merge_runs(output: str | Path, workers: int, *, source: str | None = None, p
             for i, rec in rows:
                 rec.metadata["suite"] = name
                 sink.write(json.dumps(done[(name, i)], ensure_ascii=False, allow_nan=False) + "\n")
-            score_task(res, rows, done, out, plots=plots)
+            score_task(res, rows, done, out, plots=plots, probe=key.get("probe"))
     first = runs[0]["run"]
     invocations = [{**inv, "worker": run["worker"]} for run in runs for inv in run["run"].get("invocations") or []]
     meta = {k: first.get(k) for k in ("suite", "git_revision", "engine", "versions", "selection", "suite_sha256")}
+    if first.get("probe") is not None:
+        meta["probe"] = first["probe"]
     selection = {k: v for k, v in (first.get("selection") or {}).items() if k not in ("worker", "workers")}
     meta.update({"tasks": [r.name for r in results], "merged_workers": workers,
                  "selection": {**selection, "merged_workers": workers},

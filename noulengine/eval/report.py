@@ -67,6 +67,10 @@ GLOSSARY = [
     "**TVD**: total variation distance from a gold probability distribution (where the suite has one).",
     "**x_mass**: the probability the model's next-token distribution puts on the candidates before they are "
     "renormalised; near 1 the model answers in the protocol, near 0 the answer rests on tiny numbers.",
+    "**flip rate** (`--debias permute`): the mean share of an option list's cyclic rotations whose argmax "
+    "differs from the unrotated one. **reversal changed** (`--probe reverse`): the share of scored choice "
+    "decisions whose answer changes when the options are asked in reverse order. Both are 0 for a model that "
+    "reads option content and near 1 for one that answers by position.",
     "**slot**: a candidate's position in criteria order (0 = first option); a model that predicts one slot far "
     "more often than gold has it is biased by position.",
 ]
@@ -139,10 +143,12 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
              f"Model `{model.get('name') or 'unknown'}`" + (f" (sha256 `{sha[:16]}…`)" if sha else "") +
              f"; device {eng.get('device')}, dtype {eng.get('dtype')}; readout `{eng.get('readout')}`, debias "
              f"`{eng.get('debias')}`, calibration " + (f"`{eng['calibration']}`" if eng.get("calibration") else "none") +
-             f". Rows: {_selection_text(meta.get('selection'))}. Code: git `{meta.get('git_revision') or 'unknown'}`.",
+             f". Rows: {_selection_text(meta.get('selection'))}." +
+             (f" Probe: `{meta['probe']}` (every choice question asked again with its options reversed)."
+              if meta.get("probe") else "") + f" Code: git `{meta.get('git_revision') or 'unknown'}`.",
              "", "| suite | status | rows | decisions | coverage | accuracy | chance | majority | NLL | NLL floored | "
-                 "Brier | ECE | ordinal MAE | TVD | flip rate | median x_mass |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                 "Brier | ECE | ordinal MAE | TVD | flip rate | reversal changed | median x_mass |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     warnings = []
     trained, compiled = eng.get("trained_prompt_version"), eng.get("prompt_version")
     if trained and compiled and trained != compiled:
@@ -151,7 +157,7 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
     for r in results:
         m = r.metrics
         if not m:
-            lines.append(f"| {r.name} | {r.status} |" + " – |" * 14)
+            lines.append(f"| {r.name} | {r.status} |" + " – |" * 15)
             continue
         c = m["counts"]
         base = m.get("baselines") or {}
@@ -161,7 +167,8 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
                      f"{_fmt(base.get('majority'), True)} | {_fmt(m['nll'])} | {m.get('nll_floored', 0)} | "
                      f"{_fmt(m['brier'])} | {_fmt(m['ece'])} | "
                      f"{_fmt(m['ordinal']['mae'])} | {_fmt(tvd) if tvd is not None else 'unavailable'} | "
-                     f"{_fmt(m.get('flip_rate'))} | {_mass((m.get('x_mass') or {}).get('median'))} |")
+                     f"{_fmt(m.get('flip_rate'))} | {_fmt(m.get('reversal_change_share'))} | "
+                     f"{_mass((m.get('x_mass') or {}).get('median'))} |")
         warnings += [f"- **{r.name}**: {w}" for w in m.get("warnings") or []]
     if warnings:
         lines += ["", "## Warnings", "", *warnings]
@@ -175,6 +182,7 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
             continue
         if m.get("reliability"):
             lines.append(f"\nReliability diagram: `{m['reliability']}`")
+        lines += order_probe_lines(m)
         lines += reference_lines(m)  # a benchmark family's own rules, beside the generic metrics
         # the built-in slices, then any the suite's manifest names ("slices": ["level"])
         for dim in ("type", "field", "category", *[d for d in m.get("slices", {}) if d not in _BUILT_IN_SLICES]):
@@ -220,6 +228,23 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
     lines += ["", "## Glossary", "", *[f"- {g}" for g in GLOSSARY]]
     (out_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return metrics
+
+
+def order_probe_lines(m: dict) -> list[str]:
+    """A suite's order-probe paragraph for report.md (none without ``--probe``)."""
+    p = m.get("order_probe")
+    if not p:
+        return []
+    text = (f"\nOption order (`--probe {p['probe']}`): {p['changed']} of {p['items']} choice decisions changed their "
+            f"answer when the options were reversed ({_fmt(p['change_share'])})")
+    if m.get("flip_rate") is not None:
+        text += f"; rotation flip rate {_fmt(m['flip_rate'])}"
+    if p.get("gold_items"):
+        text += (f". Accuracy on those with a gold label ({p['gold_items']}): {_fmt(p['accuracy_in_order'], True)} in "
+                 f"order, {_fmt(p['accuracy_reversed'], True)} reversed")
+    extra = [f"{p[k]} {what}" for k, what in (("errors", "not compared (an error row)"),
+                                              ("missing", "predicted without the probe")) if p.get(k)]
+    return [text + "." + (f" {'; '.join(extra)}." if extra else "")]
 
 
 def _mass(x) -> str:

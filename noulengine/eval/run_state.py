@@ -27,6 +27,8 @@ LEGACY_KEY_FIELDS = ("suite", "model_sha256", "readout", "debias", "calibration"
                      "tasks", "worker", "workers", "merged_workers")
 # legacy keys held these as the flags gave them (None, "auto"), not as the engine resolved them
 LEGACY_AS_GIVEN = ("readout", "calibration")
+# fields added to the key later: a key without one ran without that setting (None), legacy or not
+LATER_KEY_FIELDS = ("probe",)
 
 
 def file_sha256(path) -> str | None:
@@ -39,18 +41,21 @@ def file_sha256(path) -> str | None:
         return None
 
 
-def run_key(describe: dict, *, suite: str, limit, sample, seed, tasks=None, worker=None, workers=None) -> dict:
+def run_key(describe: dict, *, suite: str, limit, sample, seed, tasks=None, worker=None, workers=None,
+            probe: str | None = None) -> dict:
     """The run key from the engine's :meth:`~noulengine.Engine.describe` (resolved settings).
 
     ``calibration`` is the path the engine read (as ``run.json`` says); ``calibration_sha256``
     identifies it, so the same file at another path (another checkout, another machine) matches.
+    ``probe`` (``--probe reverse``) is part of the key: its rows carry the probe's answers, so a
+    folder made without it is refused for a probe run (and the other way round).
     """
     cal = describe.get("calibration")
     key = {"key_version": KEY_VERSION, "suite": suite, "model_sha256": (describe.get("model") or {}).get("sha256"),
            "readout": describe.get("readout"), "debias": describe.get("debias"),
            "calibration": str(cal) if cal else None, "calibration_sha256": file_sha256(cal),
            "symbols_fallback": bool((describe.get("config") or {}).get("symbols_fallback")),
-           "dtype": describe.get("dtype"), "limit": limit, "sample": sample, "seed": seed}
+           "dtype": describe.get("dtype"), "limit": limit, "sample": sample, "seed": seed, "probe": probe}
     if workers is not None:
         key.update({"tasks": tasks, "worker": worker, "workers": workers})
     return key
@@ -77,7 +82,7 @@ def key_differences(old: dict, new: dict, *, given: dict | None = None, fields=N
     legacy = old.get("key_version") is None or new.get("key_version") is None
     out = []
     for f in fields or list(new) + [k for k in old if k not in new]:
-        if f == "key_version" or (legacy and f not in LEGACY_KEY_FIELDS):
+        if f == "key_version" or (legacy and f not in LEGACY_KEY_FIELDS + LATER_KEY_FIELDS):
             continue
         a, b = old.get(f), new.get(f)
         if legacy and given is not None and f in LEGACY_AS_GIVEN and old.get("key_version") is None:

@@ -10,6 +10,10 @@ Protocol, per task:
 3. run the engine on the rows not yet in ``predictions.jsonl`` (an interrupted run resumes with
    no lost or duplicated rows; a per-record failure is written as an error row);
 4. score every selected row with :class:`noulengine.metrics.Scorer` (errors count in coverage).
+
+With ``probe="reverse"`` (``--probe reverse``) every row's choice questions are also asked with their
+options reversed, as extra requests of the same batches; the result travels in the row's
+prediction and each suite reports the share of answers that changed (:mod:`noulengine.eval.probe`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from noulengine.eval.probe import (PROBES, change_summary, decide_with_probe, record_items, reversed_request,
+                                   with_probe)
 from noulengine.eval.shards import shard_rows
 from noulengine.eval.suites import expand_tasks, get_suite, limit_rows, sample_rows
 
@@ -41,6 +47,8 @@ class EvalConfig:
         ray: a :class:`~noulengine.distributed.RayConfig` to run inference on Ray Data actors
             (None: the local engine). Each suite's remaining rows are one Ray Dataset; rows are
             appended as batches finish, so an interrupted Ray run resumes like a local one.
+        probe: ``"reverse"``: also ask every choice question with its options reversed and report
+            the share of changed answers per suite (:mod:`noulengine.eval.probe`); None: no probe.
     """
 
     suite: str = "accuracy-v1"
@@ -56,6 +64,7 @@ class EvalConfig:
     worker: int | None = None
     workers: int | None = None
     ray: object | None = None
+    probe: str | None = None
 
 
 def selected_rows(name: str, rows, config: EvalConfig):
@@ -124,6 +133,8 @@ def run_eval(engine, config: EvalConfig, *, on_progress=None) -> list[TaskResult
     """
     from tqdm import tqdm
 
+    if config.probe is not None and config.probe not in PROBES:
+        raise ValueError(f"unknown probe {config.probe!r}; choose from {list(PROBES)}")
     out_dir = Path(config.output)
     out_dir.mkdir(parents=True, exist_ok=True)
     pred_path = out_dir / "predictions.jsonl"
@@ -167,6 +178,9 @@ def run_eval(engine, config: EvalConfig, *, on_progress=None) -> list[TaskResult
                     # throughput covers only what this invocation ran, never resumed rows
                     res.new_decisions += len(rec.targets)
                     res.input_tokens += row.get("usage", {}).get("input_tokens", 0)
+                    if config.probe:  # the probe's requests ran in the same batches: their tokens count too
+                        probed = (row.get("probe") or {}).get(config.probe) or {}
+                        res.input_tokens += probed.get("usage", {}).get("input_tokens", 0)
                     if row.get("error") is None:
                         res.latencies.append(row.get("latency_s", 0.0))
                 sink.flush()
@@ -177,34 +191,59 @@ def run_eval(engine, config: EvalConfig, *, on_progress=None) -> list[TaskResult
                 bar.update(len(part))
             bar.close()
             res.seconds = time.perf_counter() - t0
-            score_task(res, rows, done, out_dir, plots=config.plots)
+            score_task(res, rows, done, out_dir, plots=config.plots, probe=config.probe)
     return results
 
 
 def _predictions(engine, todo, config: EvalConfig):
     """Yield lists of ``((row, record), Decision.to_dict())``: local chunks of ``config.chunk``
-    requests, or, with ``config.ray``, each Ray batch as it finishes (one Dataset per suite)."""
-    if config.ray is not None:
-        from noulengine.distributed.ray_data import iter_decisions
+    requests, or, with ``config.ray``, each Ray batch as it finishes (one Dataset per suite).
 
-        part = []
-        for idx, decision in iter_decisions([rec.request for _, rec in todo], config.ray):
-            part.append((todo[idx], decision))
-            if len(part) >= config.chunk:
-                yield part
-                part = []
-        if part:
-            yield part
+    With ``config.probe`` each row's probe request runs beside it (in the same batches, or the
+    same Ray Dataset) and a row is yielded only with its probe result attached."""
+    if config.ray is not None:
+        yield from _ray_predictions(todo, config)
         return
     for start in range(0, len(todo), config.chunk):
         chunk = todo[start:start + config.chunk]
-        decisions = engine.decide_batch([rec.request for _, rec in chunk])
-        yield [(item, dec.to_dict()) for item, dec in zip(chunk, decisions)]
+        rows = decide_with_probe(engine, [rec.request for _, rec in chunk], config.probe)
+        yield list(zip(chunk, rows))
 
 
-def score_task(res: TaskResult, rows, done: dict, out_dir: Path, *, plots: bool) -> None:
+def _ray_predictions(todo, config: EvalConfig):
+    from noulengine.distributed.ray_data import iter_decisions
+
+    requests = [rec.request for _, rec in todo]
+    probe_of: dict[int, int] = {}  # row position -> index of its probe request
+    if config.probe is not None:
+        extra = []
+        for j, (_, rec) in enumerate(todo):
+            rev = reversed_request(rec.request)
+            if rev is not None:
+                probe_of[j] = len(todo) + len(extra)
+                extra.append(rev)
+        requests += extra
+    owner = {k: j for j, k in probe_of.items()}
+    own: dict[int, dict] = {}
+    probes: dict[int, dict] = {}
+    part = []
+    for idx, decision in iter_decisions(requests, config.ray):
+        j = owner.get(idx, idx)
+        (probes if idx in owner else own)[j] = decision
+        if j not in own or (j in probe_of and j not in probes):
+            continue  # its partner has not landed yet
+        part.append((todo[j], with_probe(own.pop(j), config.probe, probes.pop(j, None))))
+        if len(part) >= config.chunk:
+            yield part
+            part = []
+    if part:
+        yield part
+
+
+def score_task(res: TaskResult, rows, done: dict, out_dir: Path, *, plots: bool, probe: str | None = None) -> None:
     """Score one suite's ``rows`` from ``done`` predictions into ``res`` (metrics, slot labels, the
-    reliability diagram); the one scoring path for a run and for a merge of worker runs."""
+    reliability diagram, with ``probe`` the order probe's change share); the one scoring path for a
+    run and for a merge of worker runs."""
     from noulengine.metrics import Scorer
 
     name = res.name
@@ -216,6 +255,13 @@ def score_task(res: TaskResult, rows, done: dict, out_dir: Path, *, plots: bool)
     predictions = [done[(name, i)] for i, _ in rows]
     records = [rec for _, rec in rows]
     res.metrics["flip_rate"] = _mean_flip_rate(predictions)
+    if probe is not None:  # beside the rotation flip rate: the share of answers reversal changed
+        res.metrics["order_probe"] = change_summary(record_items(zip(records, predictions)), probe)
+        res.metrics["reversal_change_share"] = res.metrics["order_probe"]["change_share"]
+        if res.metrics["order_probe"]["missing"]:
+            res.metrics["warnings"].append(f"{res.metrics['order_probe']['missing']} choice decisions have no "
+                                           f"{probe} probe result (rows predicted without --probe); the change "
+                                           "share counts the others only")
     res.metrics["x_mass"] = candidate_mass(predictions)
     res.metrics["duplicate_ids"] = repeated_ids(records)
     res.metrics["warnings"] += suite_warnings(res.metrics)
