@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from noulengine import Engine
-from noulengine.bench.cli import MODEL_CONFIGS
+from noulengine.bench.configs import MODEL_CONFIGS
 from noulengine.bench.report import markdown
 from noulengine.bench.roofline import non_embedding_params
 from noulengine.bench.runner import percentile

@@ -3,6 +3,7 @@
 The harness, one module per part:
 
 * :mod:`~noulengine.bench.cli`: the flags (no torch: ``--help`` answers at once) and ``main``;
+* :mod:`~noulengine.bench.configs`: random-weight model configs and workload names (no torch);
 * :mod:`~noulengine.bench.workloads`: what is timed (Typed-Decisions states, one long state asked
   1/16/32 questions, shuffled AG News rows with gold labels);
 * :mod:`~noulengine.bench.variants`: ``naive`` and ``batched`` transformers baselines on the
@@ -22,7 +23,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "main": "cli", "parse_args": "cli", "MODEL_CONFIGS": "cli", "WORKLOAD_NAMES": "cli",
+    "main": "cli", "parse_args": "cli", "MODEL_CONFIGS": "configs", "WORKLOAD_NAMES": "configs",
     "PEER": "peer", "Peer": "peer", "peer_unavailable": "peer",
     "VARIANTS": "variants", "Prompt": "variants", "Prepared": "variants", "baseline_prompts": "variants",
     "answers_from_terms": "variants", "run_naive": "variants", "run_batched": "variants", "run_engine": "variants",

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from noulengine.bench.cli import MODEL_CONFIGS, WORKLOAD_NAMES
+from noulengine.bench.configs import MODEL_CONFIGS, WORKLOAD_NAMES
 from noulengine.bench.peer import PEER
 from noulengine.bench.report import markdown
 from noulengine.bench.roofline import PeakMemory, matmul_peak, non_embedding_params
