@@ -11,23 +11,14 @@ import shutil
 import pytest
 
 from noulengine.eval.suites import default_tasks, expand_tasks, get_suite
-from tests.conftest import REPO, SHARED_DATA
+from tests.conftest import SHARED_DATA
+from tests.jevalkit_helpers import FIXTURES, bench, read_rows  # noqa: F401 (bench: a fixture)
 
-FIXTURES = REPO / "tests" / "fixtures" / "jevalkit"
 FAMILIES = ["zh-decision-bench", "decisionbench", "jevalt-bench", "procedural-typed-decisions", "decision-index",
             "visual-decision-bench"]
 LOCAL = FAMILIES[1:]
 needs_zh = pytest.mark.skipif(not (SHARED_DATA / "zh_decision_bench" / "voice_routing.jsonl").is_file(),
                               reason="shared zh data not present")
-
-
-@pytest.fixture
-def bench(tmp_path, monkeypatch):
-    root = tmp_path / "benchmarks"
-    shutil.copytree(REPO / "benchmarks" / "jevalkit-v1", root / "jevalkit-v1", ignore=shutil.ignore_patterns("prepared"))
-    monkeypatch.setenv("NOULENGINE_BENCHMARKS", str(root))
-    monkeypatch.setenv("NOULENGINE_DATA", str(tmp_path / "no-data"))
-    return root
 
 
 @pytest.fixture

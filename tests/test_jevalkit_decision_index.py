@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 
 import pytest
 
@@ -15,20 +14,9 @@ from noulengine.eval.suites.families.decision_index import parse_item
 from noulengine.metrics import Scorer
 from noulengine.metrics.reference import reference_lines
 from noulengine.records.errors import RecordError
-from tests.conftest import REPO
+from tests.jevalkit_helpers import FIXTURES, bench, read_rows  # noqa: F401 (bench: a fixture)
 
-FIXTURES = REPO / "tests" / "fixtures" / "jevalkit"
-ROWS = {json.loads(x)["id"]: json.loads(x)
-        for x in (FIXTURES / "decision-index" / "suite.jsonl").read_text(encoding="utf-8").splitlines()}
-
-
-@pytest.fixture
-def bench(tmp_path, monkeypatch):
-    root = tmp_path / "benchmarks"
-    shutil.copytree(REPO / "benchmarks" / "jevalkit-v1", root / "jevalkit-v1", ignore=shutil.ignore_patterns("prepared"))
-    monkeypatch.setenv("NOULENGINE_BENCHMARKS", str(root))
-    monkeypatch.setenv("NOULENGINE_DATA", str(tmp_path / "no-data"))
-    return root
+ROWS = read_rows(FIXTURES / "decision-index" / "suite.jsonl")
 
 
 def _rec(rid, **changes):

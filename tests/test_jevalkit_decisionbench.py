@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import shutil
 
 import pytest
 
@@ -15,21 +14,9 @@ from noulengine.eval.suites import get_suite
 from noulengine.eval.suites.families.decisionbench import parse_item
 from noulengine.metrics import Scorer
 from noulengine.records.errors import RecordError
-from tests.conftest import REPO
+from tests.jevalkit_helpers import FIXTURES, bench, read_rows  # noqa: F401 (bench: a fixture)
 
-FIXTURES = REPO / "tests" / "fixtures" / "jevalkit"
-ROWS = {json.loads(line)["id"]: json.loads(line)
-        for line in (FIXTURES / "decisionbench" / "eval.jsonl").read_text(encoding="utf-8").splitlines()}
-
-
-@pytest.fixture
-def bench(tmp_path, monkeypatch):
-    """A private copy of the jevalkit-v1 collection, so prepared copies of fixtures stay in tmp."""
-    root = tmp_path / "benchmarks"
-    shutil.copytree(REPO / "benchmarks" / "jevalkit-v1", root / "jevalkit-v1", ignore=shutil.ignore_patterns("prepared"))
-    monkeypatch.setenv("NOULENGINE_BENCHMARKS", str(root))
-    monkeypatch.setenv("NOULENGINE_DATA", str(tmp_path / "no-data"))
-    return root
+ROWS = read_rows(FIXTURES / "decisionbench" / "eval.jsonl")
 
 
 def _rec(rid, **changes):

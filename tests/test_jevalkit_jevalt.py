@@ -15,23 +15,13 @@ from noulengine.eval.suites.families.jevalt import parse_item
 from noulengine.metrics import Scorer
 from noulengine.metrics.reference import ece_equal_mass
 from noulengine.records.errors import RecordError
-from tests.conftest import REPO
+from tests.jevalkit_helpers import FIXTURES, bench, read_rows  # noqa: F401 (bench: a fixture)
 
-FIXTURES = REPO / "tests" / "fixtures" / "jevalkit"
 ROWS = {}
 for _lang in ("en", "tr", "de"):
     for _line in (FIXTURES / "jevalt-bench" / _lang / "test.jsonl").read_text(encoding="utf-8").splitlines():
         _row = json.loads(_line)
         ROWS[_row["id"]] = (_row, f"{_lang}/test.jsonl")
-
-
-@pytest.fixture
-def bench(tmp_path, monkeypatch):
-    root = tmp_path / "benchmarks"
-    shutil.copytree(REPO / "benchmarks" / "jevalkit-v1", root / "jevalkit-v1", ignore=shutil.ignore_patterns("prepared"))
-    monkeypatch.setenv("NOULENGINE_BENCHMARKS", str(root))
-    monkeypatch.setenv("NOULENGINE_DATA", str(tmp_path / "no-data"))
-    return root
 
 
 def _rec(rid, **changes):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import shutil
 
 import pytest
 
@@ -15,26 +14,16 @@ from noulengine.eval.suites import get_suite
 from noulengine.eval.suites.families.procedural_typed import parse_item, task_of
 from noulengine.metrics import Scorer
 from noulengine.records.errors import RecordError
-from tests.conftest import REPO
+from tests.jevalkit_helpers import FIXTURES, bench, read_rows  # noqa: F401 (bench: a fixture)
 
-FIXTURES = REPO / "tests" / "fixtures" / "jevalkit"
 FILE = FIXTURES / "procedural-typed-decisions" / "all" / "test.jsonl"
-ROWS = {json.loads(x)["id"]: json.loads(x) for x in FILE.read_text(encoding="utf-8").splitlines()}
+ROWS = read_rows(FILE)
 ANSWERS = {  # engine label order: noul (no, yes); score levels; choice criteria order
     "bayes-00001": {"red": [0.4, 0.6], "count": [0.1, 0.6, 0.2, 0.1]},
     "bayes-00002": {"red": [0.2, 0.8]},
     "route-00007": {"team": [0.7, 0.2, 0.1]},
     "route-00008": {"team": [0.2, 0.3, 0.5], "escalate": [0.9, 0.1]},
 }
-
-
-@pytest.fixture
-def bench(tmp_path, monkeypatch):
-    root = tmp_path / "benchmarks"
-    shutil.copytree(REPO / "benchmarks" / "jevalkit-v1", root / "jevalkit-v1", ignore=shutil.ignore_patterns("prepared"))
-    monkeypatch.setenv("NOULENGINE_BENCHMARKS", str(root))
-    monkeypatch.setenv("NOULENGINE_DATA", str(tmp_path / "no-data"))
-    return root
 
 
 def _rec(rid, **changes):

@@ -5,8 +5,6 @@ and what inference receives."""
 from __future__ import annotations
 
 import copy
-import json
-import shutil
 
 import pytest
 
@@ -14,21 +12,11 @@ from noulengine.eval.suites import get_suite
 from noulengine.eval.suites.families.visual import parse_item
 from noulengine.metrics import Scorer
 from noulengine.records.errors import RecordError
-from tests.conftest import REPO
+from tests.jevalkit_helpers import FIXTURES, bench, read_rows  # noqa: F401 (bench: a fixture)
 
-FIXTURES = REPO / "tests" / "fixtures" / "jevalkit"
 RELEASE = FIXTURES / "visual-decision-bench"
-ROWS = {json.loads(x)["id"]: json.loads(x) for x in (RELEASE / "test.jsonl").read_text(encoding="utf-8").splitlines()}
+ROWS = read_rows(RELEASE / "test.jsonl")
 CONTEXT = {"source_dir": FIXTURES}
-
-
-@pytest.fixture
-def bench(tmp_path, monkeypatch):
-    root = tmp_path / "benchmarks"
-    shutil.copytree(REPO / "benchmarks" / "jevalkit-v1", root / "jevalkit-v1", ignore=shutil.ignore_patterns("prepared"))
-    monkeypatch.setenv("NOULENGINE_BENCHMARKS", str(root))
-    monkeypatch.setenv("NOULENGINE_DATA", str(tmp_path / "no-data"))
-    return root
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 
 def safe_text(value: Any) -> Any:
-    """A string that UTF-8 can encode: lone surrogates become ``\\udXXX`` escapes (other values as they are)."""
+    """A string that UTF-8 can encode: lone surrogates become backslash escapes such as ``\\ud800`` (other values as they are)."""
     if isinstance(value, str):
         try:
             value.encode("utf-8")
