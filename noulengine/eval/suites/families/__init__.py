@@ -123,5 +123,25 @@ def record_dict(rid, state, questions: dict, targets: dict, metadata: dict, *, i
     return out
 
 
+def gold_label(qtype: str, criteria: Any, value: Any, rid, where: str) -> Any:
+    """The canonical label for a family's gold value: a score level given as its index or as its level
+    string becomes ``"0".."n-1"``; anything else is returned for the record parser to check.
+
+    Args:
+        where: the gold value's field path in the upstream row (named in errors).
+
+    Raises:
+        RecordError: a boolean given as a score level.
+    """
+    if qtype == "score":
+        if isinstance(value, bool):
+            raise fail(rid, where, f"a score gold answer must be a level, got {value!r}")
+        if isinstance(value, int):
+            return str(value)
+        if isinstance(criteria, list) and value in criteria and not str(value).isdigit():
+            return str(criteria.index(value))
+    return value
+
+
 def data_path(context: dict) -> Path:
     return Path(context["source_dir"])

@@ -22,9 +22,8 @@ Projection:
 
 from __future__ import annotations
 
-from typing import Any
 
-from noulengine.eval.suites.families import fail, record_dict
+from noulengine.eval.suites.families import fail, gold_label, record_dict
 from noulengine.records.schema import Record, parse_record
 
 FAMILY = "decision-index"
@@ -36,16 +35,6 @@ QUESTION_KEYS = ("type", "instructions", "criteria", "expected")
 _RESERVED = {"id", "state", "questions", "expected", "targets", "images", "category", "validation_role"}
 
 
-def expected_label(qtype: str, criteria: Any, value: Any, rid, fld: str) -> Any:
-    """The canonical label for an ``expected`` value (the record parser checks it is a candidate)."""
-    if qtype == "score":
-        if isinstance(value, bool):
-            raise fail(rid, f"questions.{fld}.expected", f"a score expected answer must be a level, got {value!r}")
-        if isinstance(value, int):
-            return str(value)
-        if isinstance(criteria, list) and value in criteria and not str(value).isdigit():
-            return str(criteria.index(value))
-    return value
 
 
 def parse_item(item, *, file: str, context: dict | None = None) -> Record:
@@ -80,7 +69,7 @@ def parse_item(item, *, file: str, context: dict | None = None) -> Record:
         if value is None:
             unscored.append(fld)
         else:
-            targets[fld] = {"label": expected_label(raw.get("type"), raw.get("criteria"), value, rid, fld)}
+            targets[fld] = {"label": gold_label(raw.get("type"), raw.get("criteria"), value, rid, f"questions.{fld}.expected")}
     extra = [k for k in (row_expected or {}) if k not in questions]
     if extra:
         raise fail(rid, f"expected.{extra[0]}", f"an expected answer for a question the row does not ask")

@@ -21,9 +21,8 @@ Projection:
 
 from __future__ import annotations
 
-from typing import Any
 
-from noulengine.eval.suites.families import data_path, fail, model_question, record_dict
+from noulengine.eval.suites.families import data_path, fail, gold_label, model_question, record_dict
 from noulengine.records.schema import Record, parse_record
 
 FAMILY = "visual-decision-bench"
@@ -34,13 +33,6 @@ UNSUPPORTED = "video questions are not supported: this engine reads images, not 
 _RESERVED = {"id", "state", "media", "questions", "gold", "targets", "images", "category", "validation_role"}
 
 
-def _gold(qtype: str, criteria: Any, value: Any, rid, fld: str) -> Any:
-    if qtype == "score" and not isinstance(value, bool):
-        if isinstance(value, int):
-            return str(value)
-        if isinstance(criteria, list) and value in criteria and not str(value).isdigit():
-            return str(criteria.index(value))
-    return value
 
 
 def parse_item(item, *, file: str, context: dict | None = None) -> Record:
@@ -74,7 +66,7 @@ def parse_item(item, *, file: str, context: dict | None = None) -> Record:
         if unknown:
             raise fail(rid, f"questions.{fld}.{unknown[0]}", f"unknown question key {unknown[0]!r}")
         if gold.get(fld) is not None:
-            targets[fld] = {"label": _gold(raw.get("type"), raw.get("criteria"), gold[fld], rid, fld)}
+            targets[fld] = {"label": gold_label(raw.get("type"), raw.get("criteria"), gold[fld], rid, f"gold.{fld}")}
         if modality == "video":
             fields[fld] = {"unsupported": UNSUPPORTED}
     extra = [k for k in gold if k not in raw_q]
