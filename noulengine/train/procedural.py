@@ -91,7 +91,7 @@ _COUNT_WORDS = ("none", "one", "two", "three", "four", "five", "six", "seven", "
 
 # -- label vocabularies -----------------------------------------------------------------------
 
-def _style(rng: random.Random) -> Callable[[str], str]:
+def label_style(rng: random.Random) -> Callable[[str], str]:
     """A label naming style drawn per question: the same concept gets a different name each time."""
     prefix = rng.choice(("opt", "route", "to", "q", "pick", "team", "go"))
     styles = (
@@ -105,7 +105,7 @@ def _style(rng: random.Random) -> Callable[[str], str]:
     return rng.choice(styles)
 
 
-def _opaque_names(rng: random.Random, n: int) -> list[str]:
+def opaque_names(rng: random.Random, n: int) -> list[str]:
     """``n`` distinct names that carry no meaning (queue codes, Greek letters, colours + numbers)."""
     kind = rng.randrange(4)
     if kind == 0:
@@ -213,7 +213,7 @@ def _belief(rng, level):
     target = rng.choice(people)
     place_opts = rng.sample([x for x in places if x not in (where, belief[target])],
                             min(len(places) - len({where, belief[target]}), _k(rng, level, len(places)) - 1))
-    style = _style(rng)
+    style = label_style(rng)
 
     def opts(extra):
         names = sorted(set(place_opts) | set(extra))
@@ -249,7 +249,7 @@ def _event_state(rng, level):
     shown = log[:]
     if level >= 2:  # out-of-order log: the time stamps, not the line order, decide
         rng.shuffle(shown)
-    style = _style(rng)
+    style = label_style(rng)
     names = rng.sample(sorted(_STATUS_DESC), _k(rng, level, len(_STATUS_DESC), low=3))
     if status not in names:
         names[0] = status
@@ -286,7 +286,7 @@ def _evidence(rng, level):
         c = f["city"] if kind == "supported" else rng.choice([x for x in _CITIES if x != f["city"]])
     words = rng.choice((("supported", "refuted", "insufficient"), ("true", "false", "unknown"),
                         ("confirmed", "contradicted", "not enough info"), ("yes", "no", "cannot tell")))
-    style = _style(rng)
+    style = label_style(rng)
     descs = ("The records confirm the claim.", "The records contradict the claim.",
              "The records say nothing about this person on that day.")
     opts = {style(w): desc for w, desc in zip(words, descs)}
@@ -308,7 +308,7 @@ def _adjudication(rng, level):
     totals = {lab: sum(v["weight"] for v in reviewers if v["label"] == lab) for lab in labels}
     best = max(totals.values())
     winners = [lab for lab, t in totals.items() if t == best]
-    style = _style(rng)
+    style = label_style(rng)
     opts = {style(lab): None for lab in labels}
     if rng.random() < 0.5:
         opts = {style(lab): f"content judged {lab}" for lab in labels}
@@ -382,7 +382,7 @@ def _policy(rng, level):
             zip(_POLICIES, (rng.choice((14, 30, 45)) for _ in _POLICIES))]
     name, text, rule, d = rng.choice(pols)
     applies = [p for p in pols if p[2](case, p[3])]
-    style = _style(rng)
+    style = label_style(rng)
     qs = [lambda: _noul(f"Under this policy the customer qualifies: {text}", rule(case, d), rng,
                         "The case meets every condition.", "Some condition is not met.")]
     if len(applies) == 1:
@@ -416,7 +416,7 @@ def _uncertain_policy(rng, level):
                        "manual_review": review_cost},
              "rule": "choose the action with the lowest expected cost"}
     words = rng.choice((("allow", "block", "review"), ("approve", "decline", "escalate"), ("pass", "stop", "check")))
-    style = _style(rng)
+    style = label_style(rng)
     descs = ("let the payment through", "reject the payment", "send it to a human reviewer")
     opts = {style(w): dsc for w, dsc in zip(words, descs)}
     keys = list(opts)
@@ -436,7 +436,7 @@ def _aggregation(rng, level):
     totals = {r: sum(x["units"] for x in recs if x["region"] == r) for r in regions}
     best = max(totals.values())
     winners = [r for r, t in totals.items() if t == best]
-    style = _style(rng)
+    style = label_style(rng)
     grand = sum(totals.values())
     a = rng.choice(regions)
     thr = totals[a] + rng.choice((-6, -2, 2, 6))
@@ -460,7 +460,7 @@ def _perturbation(rng, level):
         return "critical" if v > limit + 10 else ("warning" if v > limit else "normal")
     words = rng.choice((("normal", "warning", "critical"), ("green", "amber", "red"), ("ok", "watch", "alarm"),
                         ("fine", "elevated", "severe")))
-    style = _style(rng)
+    style = label_style(rng)
     descs = (f"at or below {limit}", f"above {limit} by at most 10", f"more than 10 above {limit}")
     opts = {style(w): dsc for w, dsc in zip(words, descs)}
     keys = list(opts)
@@ -509,8 +509,8 @@ def _routing(rng, level):
     if level >= 3:  # a distractor sentence that names no domain
         text += rng.choice((" I have been a customer for years.", " Thanks in advance.", " My name is on the account."))
     opaque = rng.random() < 0.4
-    labels = _opaque_names(rng, k) if opaque else None
-    style = _style(rng)
+    labels = opaque_names(rng, k) if opaque else None
+    style = label_style(rng)
     label = {d: (labels[i] if opaque else style(d)) for i, d in enumerate(domains)}
     opts = {label[d]: rng.choice(_DOMAINS[d][1]) for d in domains}
     other = rng.choice([d for d in domains if d != gold])

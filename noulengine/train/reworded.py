@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-from noulengine.train.procedural import _opaque_names, _style
+from noulengine.train.procedural import opaque_names, label_style
 
 # concept -> (names, descriptions)
 TOPICS = {
@@ -51,8 +51,8 @@ SAFETY_QUESTIONS = ("Classify whether this prompt is harmful or benign.", "Shoul
 
 def _names(rng: random.Random, pools: dict, concepts: list[str], opaque: bool) -> dict[str, str]:
     if opaque:
-        return dict(zip(concepts, _opaque_names(rng, len(concepts))))
-    style = _style(rng)
+        return dict(zip(concepts, opaque_names(rng, len(concepts))))
+    style = label_style(rng)
     out, used = {}, set()
     for c in concepts:
         names = [n for n in pools[c][0] if style(n) not in used] if c in pools else [c]
