@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from noulengine import Engine
 from noulengine.calibrate.run import run_calibration
 from noulengine.calibrate.validation import load_validation
 from tests.conftest import three_question_request
@@ -165,3 +166,22 @@ def test_worse_selection_nll_is_flagged_loudly(tmp_path, monkeypatch, capsys):
     assert main(["--validation", str(vfile), "--output", str(out), "--no-progress", "--no-plots"]) == 3
     assert "WARNING: selection NLL got WORSE" in capsys.readouterr().err
     assert json.loads(out.read_text())["selection_nll_worse"] is True
+
+
+def test_engine_receives_temperatures_not_files(tiny_llama, tiny_tokenizer, tmp_path):
+    """Issue #25: the engine takes a temperatures object; a calibration path without one is refused
+    (the file is read by from_pretrained/from_model through the model loader)."""
+    from noulengine.engine.engine import EngineConfig
+
+    class Fixed:
+        def temperature_for(self, qtype, num_candidates):
+            return 2.0
+
+    req = {"state": "s", "questions": {"q": {"type": "choice", "instructions": "pick",
+                                                "criteria": {"a": "first", "b": "second"}}}}
+    plain = Engine(tiny_llama, tiny_tokenizer, EngineConfig()).decide(req).answers["q"]
+    hot = Engine(tiny_llama, tiny_tokenizer, EngineConfig(), temperatures=Fixed()).decide(req).answers["q"]
+    assert hot.temperature == 2.0 and plain.temperature == 1.0
+    assert max(hot.probabilities.values()) <= max(plain.probabilities.values())
+    with pytest.raises(ValueError, match="receives temperatures, not files"):
+        Engine(tiny_llama, tiny_tokenizer, EngineConfig(calibration=str(tmp_path / "cal.json")))

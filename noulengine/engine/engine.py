@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import fields
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol
 
 import torch
 
@@ -49,6 +49,23 @@ def _error_dict(exc: Exception, record_id=None) -> dict:
             "rule": getattr(exc, "rule", None) or str(exc), "file": None, "line": None}
 
 
+class Temperatures(Protocol):
+    """What the engine needs from a calibration: a temperature per question group (Guo et al.
+    2017, ``p = softmax(z / T)``). :class:`~noulengine.calibrate.file.Calibration` is one."""
+
+    def temperature_for(self, qtype: str, num_candidates: int) -> float: ...
+
+
+def _read_temperatures(config: EngineConfig, identity) -> Temperatures | None:
+    """The temperatures ``config.calibration`` names, read by the model loader (which owns files
+    on disk) and checked against this model's identity, readout and debias mode; None without one."""
+    if not config.calibration or config.calibration == "none":
+        return None
+    from noulengine.models.loading import load_temperatures
+
+    return load_temperatures(config.calibration, identity=identity, readout=config.readout, debias=config.debias)
+
+
 class Engine:
     """A causal LM turned into a decision model.
 
@@ -56,7 +73,24 @@ class Engine:
     :meth:`from_model` (an already loaded transformers model and tokenizer).
     """
 
-    def __init__(self, model, tokenizer, config: EngineConfig | None = None, *, identity=None, processor=None):
+    def __init__(self, model, tokenizer, config: EngineConfig | None = None, *, identity=None, processor=None,
+                 temperatures: Temperatures | None = None):
+        """Wrap a loaded model.
+
+        Args:
+            model, tokenizer: a transformers causal LM (or VLM) and its tokenizer.
+            config: engine settings; ``config.calibration`` only records where ``temperatures``
+                came from (the engine receives temperatures, it does not read files: use
+                :meth:`from_pretrained` or :meth:`from_model` to load a calibration file).
+            identity: the model's name, path and sha256 (run keys, calibration checks).
+            processor: a vision-language model's processor.
+            temperatures: fitted temperatures (a :class:`~noulengine.calibrate.file.Calibration`
+                or anything with ``temperature_for(question_type, num_candidates) -> float``),
+                or None for T = 1.
+
+        Raises:
+            ValueError: ``config.calibration`` names a file but no ``temperatures`` were given.
+        """
         from noulengine.threads import apply_env_threads
 
         apply_env_threads()  # NOULENGINE_THREADS, when set (the commands set their default before loading)
@@ -87,11 +121,11 @@ class Engine:
                              if self.config.prefix_cache_mb > 0 and prefix_cache_unsupported(self.runner) is None
                              else None)
         self._frame_head_seeded = False
-        self.calibration = None
-        if self.config.calibration and self.config.calibration != "none":
-            from noulengine.calibrate.file import load_calibration
-
-            self.calibration = load_calibration(self.config.calibration, engine=self)
+        if temperatures is None and self.config.calibration and self.config.calibration != "none":
+            raise ValueError(f"config.calibration={self.config.calibration!r} but no temperatures were given: the "
+                             "engine receives temperatures, not files; load the file with Engine.from_pretrained("
+                             "..., calibration=path) or Engine.from_model(..., calibration=path)")
+        self.calibration = temperatures
 
     # -- construction -----------------------------------------------------------------------
     @classmethod
@@ -130,19 +164,19 @@ class Engine:
             readout = training["readout"]  # a trained model is read the way it was trained
             if kwargs.get("symbols_fallback") is None:
                 kwargs["symbols_fallback"] = True  # ... and still takes 2..255 options
-        if kwargs.get("calibration") is None and loaded.calibration_path is not None:
+        if kwargs.get("calibration") is None and loaded.shipped_temperatures is not None:
             # The model's own fitted temperatures apply when they were fitted for this readout and
             # debias mode (a calibration file records both); otherwise none is applied.
-            from noulengine.calibrate.file import load_calibration
-
-            shipped = load_calibration(loaded.calibration_path)
+            shipped = loaded.shipped_temperatures
             if shipped.readout == readout and shipped.debias == kwargs.get("debias", "none"):
                 kwargs["calibration"] = loaded.calibration_path
         if kwargs.get("calibration") == "none":
             kwargs["calibration"] = None
         config = EngineConfig(model=None if name_or_path is None else str(name_or_path), device=device, dtype=dtype,
                               readout=readout, **kwargs)
-        engine = cls(loaded.model, loaded.tokenizer, config, identity=loaded.identity, processor=loaded.processor)
+        temperatures = _read_temperatures(config, loaded.identity)
+        engine = cls(loaded.model, loaded.tokenizer, config, identity=loaded.identity, processor=loaded.processor,
+                     temperatures=temperatures)
         engine.training = loaded.training
         return engine
 
@@ -153,12 +187,18 @@ class Engine:
         Args:
             processor: a vision-language model's processor (``AutoProcessor``): with it, image
                 requests reach the model; without it a VLM answers text requests only.
-            kwargs: :class:`EngineConfig` fields.
+            kwargs: :class:`EngineConfig` fields; ``calibration`` is a calibration file's path
+                (read here, checked against the readout and debias mode) or ``"none"``.
 
         Raises:
             UnsupportedModalityError: a VLM family without an adapter (docs/vision.md).
+            noulengine.calibrate.file.CalibrationFileError: the calibration file is unreadable or
+                was made for another readout or debias mode.
         """
-        return cls(model, tokenizer, EngineConfig(**kwargs), processor=processor)
+        if kwargs.get("calibration") == "none":
+            kwargs["calibration"] = None
+        config = EngineConfig(**kwargs)
+        return cls(model, tokenizer, config, processor=processor, temperatures=_read_temperatures(config, None))
 
     # -- public API -------------------------------------------------------------------------
     def decide(self, request: Request | dict) -> Decision:

@@ -201,6 +201,36 @@ class LoadedModel:
     calibration_path: str | None = None
     processor: object | None = None
 
+    @property
+    def shipped_temperatures(self):
+        """The shipped calibration file, parsed (no compatibility check), or None."""
+        return None if self.calibration_path is None else load_temperatures(self.calibration_path)
+
+
+def load_temperatures(path, *, identity=None, readout: str | None = None, debias: str | None = None):
+    """Read a calibration file (the model's fitted temperatures) for an engine.
+
+    Args:
+        path: a file written by ``noulengine calibrate`` (or shipped with a trained model).
+        identity: the engine's :class:`ModelIdentity` (None: unidentified model); with
+            ``readout`` and ``debias`` given, the file must have been fitted for them.
+
+    Returns:
+        :class:`~noulengine.calibrate.file.Calibration`.
+
+    Raises:
+        noulengine.calibrate.file.CalibrationFileError: unreadable, malformed, or made for another
+            model, readout or debias mode.
+    """
+    from types import SimpleNamespace
+
+    from noulengine.calibrate.file import load_calibration
+
+    if readout is None:
+        return load_calibration(path)
+    return load_calibration(path, engine=SimpleNamespace(
+        identity=identity, config=SimpleNamespace(readout=readout, debias=debias)))
+
 
 def default_model_spec() -> str:
     """What ``None`` loads: the committed trained adapter when present, else the untrained base."""
