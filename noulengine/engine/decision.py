@@ -35,6 +35,15 @@ class Answer:
         level_texts: ``score`` only: level number -> the level's description as given in the
             question (``{"0": "can wait", ...}``; None where a level has none), so an answer reads
             "1 (this week)", not only "1". Empty for other types.
+        source: ``"model"`` (the decision model's argmax) or ``"escalated"`` (``label`` is a
+            generative LLM's answer, :mod:`noulengine.escalate`; ``probabilities``,
+            ``confidence``, ``logprobs`` and a score's or noul's ``value`` stay the decision
+            model's).
+        escalation: for a question under the escalation threshold: what happened (``status``:
+            ``escalated``, ``invalid_answer``, ``timeout``, ``unreachable``, ``http_error``,
+            ``bad_response``, ``budget`` or ``deadline``; ``reason``, ``model_label``,
+            ``model_confidence``, ``llm_label``, ``usage`` tokens, ``latency_s`` in seconds);
+            None when escalation did not apply.
     """
 
     type: str
@@ -50,17 +59,35 @@ class Answer:
     flip_rate: float | None = None
     debias: str = "none"
     level_texts: dict[str, str | None] = field(default_factory=dict)
+    source: str = "model"
+    escalation: dict | None = None
 
     @property
     def level_text(self) -> str | None:
         """The argmax level's description (``score`` answers), else None."""
         return self.level_texts.get(self.label)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Answer":
+        """Rebuild an answer from :meth:`to_dict` output (a predictions file row's answer).
+
+        Raises:
+            KeyError, TypeError: not an answer dict.
+        """
+        return cls(type=d["type"], labels=tuple(d["labels"]), probabilities=dict(d["probabilities"]),
+                   confidence=float(d["confidence"]), label=d["label"], value=d[d["type"]],
+                   logprobs=list(d["logprobs"]), x_mass=float(d["x_mass"]), readout=d["readout"],
+                   temperature=float(d.get("temperature", 1.0)), flip_rate=d.get("flip_rate"),
+                   debias=d.get("debias", "none"), level_texts=dict(d.get("level_texts") or {}),
+                   source=d.get("source", "model"), escalation=d.get("escalation"))
+
     def to_dict(self) -> dict:
         d = {"type": self.type, "labels": list(self.labels), "probabilities": self.probabilities,
              "confidence": self.confidence, "label": self.label, self.type: self.value,
              "logprobs": self.logprobs, "x_mass": self.x_mass, "readout": self.readout,
-             "temperature": self.temperature, "debias": self.debias}
+             "temperature": self.temperature, "debias": self.debias, "source": self.source}
+        if self.escalation is not None:
+            d["escalation"] = self.escalation
         if self.flip_rate is not None:
             d["flip_rate"] = self.flip_rate
         if self.type == "score":
@@ -81,6 +108,9 @@ class Decision:
             model loading and warm-up excluded; a batched request counts its own compile time
             plus the wall time of the batch it rode in).
         error: ``{"error_type", "message", ...}`` for a failed request, else None.
+        escalation: when escalation ran: ``{"escalated", "sent", "kept", "prompt_tokens",
+            "completion_tokens", "wall_s"}`` (:func:`noulengine.escalate.runner.summarize`),
+            else None.
     """
 
     id: str | None
@@ -88,14 +118,18 @@ class Decision:
     input_tokens: int = 0
     latency_s: float = 0.0
     error: dict | None = None
+    escalation: dict | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
     def to_dict(self) -> dict:
+        usage = {"input_tokens": self.input_tokens}
+        if self.escalation is not None:
+            usage["escalation"] = self.escalation
         return {"id": self.id, "answers": {k: a.to_dict() for k, a in self.answers.items()},
-                "usage": {"input_tokens": self.input_tokens}, "latency_s": self.latency_s, "error": self.error}
+                "usage": usage, "latency_s": self.latency_s, "error": self.error}
 
 
 def make_answer(plan: QuestionPlan, view_logprobs: torch.Tensor, *, temperature: float = 1.0,

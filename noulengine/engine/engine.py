@@ -201,16 +201,21 @@ class Engine:
         return cls(model, tokenizer, config, processor=processor, temperatures=_read_temperatures(config, None))
 
     # -- public API -------------------------------------------------------------------------
-    def decide(self, request: Request | dict) -> Decision:
+    def decide(self, request: Request | dict, *, escalate=None) -> Decision:
         """Answer one request (all its questions in one forward pass).
+
+        Args:
+            escalate: an :class:`~noulengine.escalate.EscalationConfig`: questions whose
+                confidence is under ``escalate.below`` are then asked of that generative LLM
+                (see :meth:`decide_batch`).
 
         Raises:
             RecordError, OverlengthError, UnsupportedModalityError: the request is invalid.
         """
-        return self.decide_batch([request], on_error="raise")[0]
+        return self.decide_batch([request], on_error="raise", escalate=escalate)[0]
 
     def decide_batch(self, requests: Iterable[Request | dict], *, batch_tokens: int | None = None,
-                     on_error: str = "record", progress=None) -> list[Decision]:
+                     on_error: str = "record", progress=None, escalate=None) -> list[Decision]:
         """Answer many requests, packed into forward passes longest first.
 
         Args:
@@ -219,6 +224,12 @@ class Engine:
             on_error: ``"record"`` returns a :class:`Decision` with ``error`` set for a bad
                 request (the others still get answers); ``"raise"`` raises the first error.
             progress: optional callable ``progress(n_done_requests)`` called after each batch.
+            escalate: None, or an :class:`~noulengine.escalate.EscalationConfig`: after the
+                forward passes, every question under its confidence threshold is sent to that
+                OpenAI-compatible LLM (calls run concurrently across requests, bounded by
+                ``max_concurrent``); a valid candidate label replaces the model's, anything else
+                keeps it with the reason (``Answer.source``, ``Answer.escalation``,
+                ``Decision.escalation``). A failed LLM call never fails the request.
 
         Returns:
             One :class:`Decision` per request, in input order.
@@ -282,6 +293,11 @@ class Engine:
                 continue
             decisions[i] = Decision(id=c.request_id, answers=answers, input_tokens=c.input_tokens,
                                     latency_s=compile_s[i] + batch_s)
+        if escalate is not None:
+            from noulengine.escalate.runner import escalate_decisions  # the layer built on decisions
+
+            decisions = escalate_decisions(decisions, [parsed.get(i) if decisions[i].ok else None  # type: ignore[union-attr]
+                                                        for i in range(len(items))], escalate)
         return decisions  # type: ignore[return-value]
 
     def prepare_images(self, request: Request) -> None:

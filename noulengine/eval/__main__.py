@@ -42,6 +42,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                        "run there (no model is loaded)")
     add_engine_args(p)
     add_ray_args(p)
+    from noulengine.escalate.args import add_escalation_args
+
+    add_escalation_args(p, thresholds=True)
     return p
 
 
@@ -176,6 +179,19 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     except ImportError as exc:
         print(f"error: {exc}; or pass --no-plots", file=sys.stderr)
         return 2
+    from noulengine.escalate.args import config_from_args as escalation_from_args, thresholds_from_args
+
+    try:  # before the model loads: a bad threshold costs no inference
+        escalation = escalation_from_args(args)
+        thresholds = thresholds_from_args(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if escalation is not None and args.workers is not None:
+        print("error: --escalate-url runs on a whole run: merge the worker runs, then rerun the same command "
+              "without --workers/--worker (the predictions are resumed, only the escalation step runs)",
+              file=sys.stderr)
+        return 2
     ray_config = ray_config_from_args(args) if args.ray else None
     if ray_config is None:
         threads = cli_threads(args.workers)  # NOULENGINE_THREADS, else the usable cores shared among --workers
@@ -234,7 +250,18 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     meta["throughput"] = throughput(results)
     meta["invocations"] = log.finish(results)
     meta["totals"] = invocation_totals(meta["invocations"])
-    return _finish(results, out, meta)
+    status = _finish(results, out, meta)
+    if escalation is not None:
+        from noulengine.eval.escalation import EscalationRunError, run_escalation_step, table_markdown
+
+        try:
+            table = run_escalation_step(results, cfg, escalation, thresholds, out, progress=not args.no_progress)
+        except EscalationRunError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(table_markdown(table, escalation))
+        print(f"wrote {out}/escalation.md and escalation.json (LLM answers: {out}/escalations.jsonl)")
+    return status
 
 if __name__ == "__main__":
     sys.exit(main())

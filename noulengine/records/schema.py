@@ -240,6 +240,36 @@ def parse_question(fld: str, raw: Any, *, record_id: str | None = None) -> Quest
     return Question(field=fld, type=qtype, instructions=instructions, labels=labels, descriptions=descriptions)
 
 
+def question_to_json(q: Question) -> dict:
+    """The canonical JSON of a parsed question (``parse_question`` of it gives ``q`` back)."""
+    if q.type == "choice":
+        criteria: Any = dict(zip(q.labels, q.descriptions))
+    elif q.type == "score":
+        criteria = list(q.descriptions)
+    else:
+        criteria = {k: d for k, d in zip(("false", "true"), q.descriptions) if d is not None} or None
+    out = {"type": q.type, "instructions": q.instructions}
+    if criteria is not None:
+        out["criteria"] = criteria
+    return out
+
+
+def request_to_json(request: Request) -> dict:
+    """The canonical JSON of a text request (``request_from_json`` of it gives it back): what an
+    HTTP client sends for a parsed record.
+
+    Raises:
+        ValueError: the request has images (their bytes are not written back as JSON here).
+    """
+    if request.images:
+        raise ValueError(f"request {request.id!r} has {len(request.images)} images; request_to_json writes text "
+                         "requests only")
+    out = {"state": request.state, "questions": {q.field: question_to_json(q) for q in request.questions}}
+    if request.id is not None:
+        out["id"] = request.id
+    return out
+
+
 def parse_questions(raw: Any, *, record_id: str | None = None) -> tuple[Question, ...]:
     """Parse the ``questions`` object (one or more questions, order preserved).
 

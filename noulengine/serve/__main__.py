@@ -36,6 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-name", help="name reported in responses and /v1/models (default: the model's name)")
     p.add_argument("--log-level", default="info")
     add_engine_args(p, skip=("batch_tokens", "media_root"))  # HTTP never reads image paths
+    from noulengine.escalate.args import add_escalation_args
+
+    add_escalation_args(p)
+    p.add_argument("--escalate-default", choices=("on", "off"), default="on",
+                   help="with --escalate-url: whether /v1/decide requests that do not say \"escalate\" are "
+                        "escalated (default on)")
     return p
 
 
@@ -62,6 +68,12 @@ def config_from_args(args: argparse.Namespace, engine=None) -> ServeConfig:
                         ("--max-queue", args.max_queue)):
         if value < 1:
             raise SystemExit(f"error: {flag} must be at least 1, got {value}")
+    from noulengine.escalate.args import config_from_args as escalation_from_args
+
+    try:
+        escalation = escalation_from_args(args)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
     name = args.model_name
     if not name:
         ident = getattr(engine, "identity", None)
@@ -69,7 +81,8 @@ def config_from_args(args: argparse.Namespace, engine=None) -> ServeConfig:
     return ServeConfig(model_name=name, api_key=key, max_batch_tokens=args.max_batch_tokens,
                        max_batch_requests=args.max_batch_requests, max_wait_ms=args.max_wait_ms,
                        max_queue=args.max_queue, max_body_bytes=int(args.max_body_mb * 1024 * 1024),
-                       body_timeout_s=args.body_timeout_s, max_questions=max_questions)
+                       body_timeout_s=args.body_timeout_s, max_questions=max_questions, escalation=escalation,
+                       escalate_by_default=args.escalate_default == "on")
 
 
 def main(argv: list[str] | None = None) -> int:

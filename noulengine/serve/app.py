@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import HTMLResponse, PlainTextResponse
+from starlette.responses import HTMLResponse, PlainTextResponse, StreamingResponse
 
 from noulengine import __version__
 from noulengine.records.errors import RecordError, SizeLimitError
@@ -77,6 +78,11 @@ async def read_json(request: Request):
         raise ValidationFailure([], f"the body is not valid JSON: {exc}", "json_invalid") from None
 
 
+async def _aiter(items):
+    for item in items:
+        yield item
+
+
 def _question_ids(body) -> list:
     qs = body.get("questions") if isinstance(body, dict) else None
     return [k for k in qs if isinstance(k, str)] if isinstance(qs, dict) else []
@@ -93,6 +99,11 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
     worker = BatchWorker(engine, max_batch_tokens=config.max_batch_tokens, max_batch_requests=config.max_batch_requests,
                          max_wait_ms=config.max_wait_ms, max_queue=config.max_queue, metrics=metrics)
     accepted_models = {config.model_name, *config.aliases}
+    escalator = None
+    if config.escalation is not None:
+        from noulengine.escalate.runner import Escalator
+
+        escalator = Escalator(config.escalation)
     supports_images = bool(getattr(getattr(engine, "runner", None), "supports_images", False))
 
     @contextlib.asynccontextmanager
@@ -102,6 +113,8 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
             yield
         finally:
             await run_in_threadpool(worker.stop)
+            if escalator is not None:
+                await escalator.aclose()
 
     app = FastAPI(title="noulengine", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None,
                   openapi_url="/openapi.json", default_response_class=FiniteJSONResponse,
@@ -263,19 +276,85 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
             raise ApiError(500, "non_finite_output", "the model produced a non-finite number") from None
         return finite(content)
 
+    def escalation_options(body: dict) -> dict | None:
+        """The request's escalation overrides (``{}``: the server's settings), or None for none.
+
+        ``"escalate"``: absent (the server's default), ``true``, ``false``, or an object with
+        ``below``, ``max``, ``deadline_s``. Raises 422 for a bad value, 400 when the server has
+        no escalation endpoint but the request asks for one."""
+        raw = body.get("escalate")
+        if raw is None:
+            return {} if config.escalation is not None and config.escalate_by_default else None
+        if raw is False:
+            return None
+        if raw is not True and not isinstance(raw, dict):
+            raise ValidationFailure(["escalate"], "escalate must be true, false or an object with below, max, "
+                                                  f"deadline_s; got {type(raw).__name__}", "escalate_type")
+        if config.escalation is None:
+            raise ApiError(400, "escalation_unavailable", "this server has no escalation endpoint (start it with "
+                                                          "--escalate-url); remove \"escalate\" from the request")
+        options = {} if raw is True else dict(raw)
+        try:
+            config.escalation.with_overrides(options)
+        except ValueError as exc:
+            bad = next((k for k in options if k in str(exc)), None)
+            raise ValidationFailure(["escalate"] + ([bad] if bad else []), str(exc), "escalate_option") from None
+        return options
+
+    def sse(event: str, data: dict) -> str:
+        """One server-sent event (strict JSON: a non-finite number raises ValueError)."""
+        return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, allow_nan=False)}\n\n"
+
     @app.post("/v1/decide")
     async def decide(request: Request):
-        """Canonical requests (``state``, ``images``, ``questions``, ``id``) -> ``Decision.to_dict()``."""
+        """Canonical requests (``state``, ``images``, ``questions``, ``id``) -> ``Decision.to_dict()``.
+
+        ``"escalate"`` (see :func:`escalation_options`) hands questions under the confidence
+        threshold to the server's LLM; ``"stream": true`` answers as server-sent events: one
+        ``answer`` event per question as soon as it is final (the decision model's confident
+        answers first, escalated ones as they land), then one ``done`` event with usage."""
         check_key(request.headers, config.api_key)
+        t0 = time.perf_counter()
         body = await read_json(request)
         check_body(body, "/v1/decide", config.question_cap("decide"))  # the frame /v1/systemone checks too
         if "id" in body and body["id"] is not None:
             if not isinstance(body["id"], str):
                 raise ValidationFailure(["id"], "id must be a string", "string_type")
             check_json_values(body["id"], ["id"])
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise ValidationFailure(["stream"], f"stream must be true or false, got {type(stream).__name__}", "bool_type")
+        options = escalation_options(body)
         parsed = await parse_canonical(body)
         decision = await run_decision(parsed)
-        return finite(decision.to_dict())
+        if not stream:
+            if options is not None:
+                decision = await escalator.escalate(decision, parsed, options)
+            return finite(decision.to_dict())
+
+        async def events():
+            final = {}
+            pairs = (escalator.stream(decision, parsed, options) if options is not None
+                     else _aiter(decision.answers.items()))
+            try:
+                async for fld, answer in pairs:
+                    final[fld] = answer
+                    yield sse("answer", {"field": fld, "answer": answer.to_dict()})
+            except ValueError as exc:  # a non-finite number: say so in the stream, never send NaN
+                log.error("non-finite output: %s", exc)
+                yield sse("error", {"error_type": "non_finite_output", "message": "the model produced a non-finite number"})
+                return
+            usage = {"input_tokens": decision.input_tokens}
+            if options is not None:
+                from noulengine.escalate.runner import summarize
+
+                usage["escalation"] = summarize([final[f] for f in decision.answers if f in final],
+                                                wall_s=time.perf_counter() - t0)
+            yield sse("done", {"id": decision.id, "usage": usage, "latency_s": decision.latency_s,
+                               "wall_s": time.perf_counter() - t0, "error": None})
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_body_bytes, body_timeout_s=config.body_timeout_s)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

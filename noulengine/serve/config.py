@@ -37,6 +37,11 @@ class ServeConfig:
         max_questions: questions per request accepted by each route (``"decide"``,
             ``"systemone"``); a route missing from the mapping, or mapped to None, has no cap.
             More get 422 ``too_long`` naming the cap.
+        escalation: an :class:`~noulengine.escalate.EscalationConfig` (``--escalate-url``):
+            ``/v1/decide`` may hand doubtful questions to that LLM; None: a request asking for
+            escalation gets 400 ``escalation_unavailable``.
+        escalate_by_default: with ``escalation``, whether a request that does not say
+            ``"escalate"`` is escalated.
     """
 
     model_name: str = "noulengine"
@@ -52,6 +57,8 @@ class ServeConfig:
     release_date: str = "unknown"
     description: str = "noulengine decision model"
     max_questions: dict = field(default_factory=lambda: dict(DEFAULT_MAX_QUESTIONS))
+    escalation: object | None = None
+    escalate_by_default: bool = True
 
     def question_cap(self, route: str) -> int | None:
         """The configured question cap of ``route`` (``"decide"`` or ``"systemone"``), or None."""

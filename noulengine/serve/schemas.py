@@ -154,6 +154,17 @@ class ScoreQuestion(BaseModel):
 Question = Annotated[Union[NoulQuestion, ChoiceQuestion, ScoreQuestion], Field(discriminator="type")]
 
 
+class EscalateOptions(BaseModel):
+    """Per-request escalation overrides."""
+
+    model_config = ConfigDict(extra="forbid")
+    below: Union[Annotated[float, Field(gt=0.0, le=1.0)], None] = Field(
+        None, description="Escalate questions whose confidence (max p) is under this.")
+    max: Union[Annotated[int, Field(ge=0)], None] = Field(None, description="Escalations per request at most.")
+    deadline_s: Union[Annotated[float, Field(gt=0.0)], None] = Field(
+        None, description="Seconds for this request's escalations in all.")
+
+
 class DecideRequest(BaseModel):
     """A canonical request. Unknown top-level keys are metadata that never reaches the model;
     an unknown key inside a question is refused (422 naming it)."""
@@ -163,6 +174,12 @@ class DecideRequest(BaseModel):
     state: State
     questions: Annotated[dict[Annotated[str, StringConstraints(min_length=1)], Question], Field(min_length=1)]
     images: Images = None
+    escalate: Union[bool, EscalateOptions, None] = Field(
+        None, description="Hand questions under a confidence threshold to the server's LLM (--escalate-url): true "
+                          "(the server's settings), false (never), or overrides; omitted: the server's default. "
+                          "400 escalation_unavailable on a server without an LLM.")
+    stream: bool = Field(False, description="true: answer as server-sent events (text/event-stream): an 'answer' "
+                                            "event per question as soon as it is final, then a 'done' event.")
 
 
 # -- /v1/systemone response ---------------------------------------------------------------------
@@ -210,6 +227,34 @@ class SystemOneResponse(BaseModel):
 
 # -- /v1/decide response ------------------------------------------------------------------------
 
+class EscalationRecord(BaseModel):
+    """What happened to one question under the escalation threshold."""
+
+    model_config = ConfigDict(extra="forbid")
+    status: Literal["escalated", "invalid_answer", "timeout", "unreachable", "http_error", "bad_response",
+                    "budget", "deadline"]
+    below: Probability
+    model_label: str
+    model_confidence: Probability
+    llm_model: str
+    llm_label: Union[str, None]
+    reason: Union[str, None] = Field(description="Why the decision model's answer stands (null when escalated).")
+    usage: dict[str, Annotated[int, Field(ge=0)]] = Field(description="The LLM's token counts, as it reports them.")
+    latency_s: Union[Annotated[float, Field(ge=0.0)], None]
+    llm_text: Union[str, None] = Field(None, description="The LLM's raw answer (first 500 characters).")
+    changed: Union[bool, None] = Field(None, description="Escalated: whether the LLM's label differs from the model's.")
+
+
+class EscalationUsage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    escalated: Annotated[int, Field(ge=0)] = Field(description="Questions answered by the LLM.")
+    sent: Annotated[int, Field(ge=0)] = Field(description="Questions sent to the LLM.")
+    kept: dict[str, Annotated[int, Field(ge=0)]] = Field(description="Status -> questions where the model's answer stood.")
+    prompt_tokens: Annotated[int, Field(ge=0)]
+    completion_tokens: Annotated[int, Field(ge=0)]
+    wall_s: Union[Annotated[float, Field(ge=0.0)], None]
+
+
 class _EngineAnswer(BaseModel):
     model_config = ConfigDict(extra="forbid")
     labels: list[str] = Field(description="Candidate labels in criteria order.")
@@ -223,6 +268,8 @@ class _EngineAnswer(BaseModel):
     temperature: Annotated[float, Field(gt=0.0)]
     debias: str
     flip_rate: Union[Probability, None] = Field(None, description="With permutation debiasing only.")
+    source: Literal["model", "escalated"] = Field(description="Who chose 'label': the decision model or the LLM.")
+    escalation: Union[EscalationRecord, None] = Field(None, description="Questions under the threshold only.")
 
 
 class NoulAnswer(_EngineAnswer):
@@ -248,6 +295,7 @@ EngineAnswer = Annotated[Union[NoulAnswer, ChoiceAnswer, ScoreAnswer], Field(dis
 class DecideUsage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     input_tokens: Annotated[int, Field(ge=0)]
+    escalation: Union[EscalationUsage, None] = None
 
 
 class DecideResponse(BaseModel):
@@ -331,7 +379,8 @@ class HealthResponse(BaseModel):
 # -- the document -------------------------------------------------------------------------------
 
 _ERROR_TEXT = {
-    400: "Unsupported modality (images on a text-only model) or a request the tokenizer cannot take.",
+    400: "Unsupported modality (images on a text-only model), a request the tokenizer cannot take, or "
+         "escalation asked of a server without an LLM.",
     401: "Missing or wrong API key.",
     404: "Unknown model.",
     408: "The body was not received in time.",
@@ -413,6 +462,11 @@ def openapi_document(base: dict, caps: dict, keyed: bool, models: tuple = ()) ->
         if req is not None:
             op["requestBody"] = {"required": True, "content": _json(_ref(req.__name__))}
         responses = {"200": {"description": "OK", "content": _json(_ref(resp.__name__))}}
+        if route == "/v1/decide":
+            responses["200"]["description"] = ("OK: one JSON answer, or with \"stream\": true server-sent events "
+                                               "(event 'answer': {field, answer}; then event 'done': {id, usage, "
+                                               "latency_s, wall_s, error})")
+            responses["200"]["content"]["text/event-stream"] = {"schema": {"type": "string"}}
         for status in errors:
             model = "ValidationErrorResponse" if status == 422 else "ErrorResponse"
             responses[str(status)] = {"description": _ERROR_TEXT[status], "content": _json(_ref(model))}

@@ -1,0 +1,101 @@
+"""The call to an OpenAI-compatible ``/v1/chat/completions`` endpoint (httpx, async)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+class EscalationCallError(Exception):
+    """A call failed: ``kind`` is ``timeout``, ``unreachable``, ``http_error`` or ``bad_response``."""
+
+    def __init__(self, kind: str, message: str, status: int | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+
+
+@dataclass
+class ChatResult:
+    """One completion: its text, token usage (as the server reports it) and wall-clock latency (s)."""
+
+    text: str | None
+    usage: dict = field(default_factory=dict)
+    latency_s: float = 0.0
+    model: str | None = None
+
+
+class ChatClient:
+    """An async client for one endpoint; one instance per event loop.
+
+    Args:
+        config: :class:`~noulengine.escalate.config.EscalationConfig` (url, model, key, timeout).
+        transport: an ``httpx`` transport (tests may route to an ASGI app); None for the network.
+    """
+
+    def __init__(self, config, *, transport=None):
+        import httpx
+
+        self.config = config
+        headers = {"Content-Type": "application/json"}
+        key = config.api_key
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self.mode = config.response_format  # "auto" resolves on the first refusal
+        self._client = httpx.AsyncClient(base_url=config.url.rstrip("/"), headers=headers, transport=transport,
+                                         timeout=httpx.Timeout(config.timeout_s))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def complete_labels(self, messages: list[dict], labels) -> ChatResult:
+        """One chat completion constrained to ``{"label": one of labels}`` in the configured
+        ``response_format`` (``auto``: ``json_schema``, falling back to ``json_object`` for good
+        on an endpoint that refuses the first with a 4xx, as llama-cpp-python's server does).
+
+        Raises:
+            EscalationCallError: as :meth:`complete`.
+        """
+        from noulengine.escalate.prompt import response_format
+
+        mode = self.mode
+        try:
+            return await self.complete(messages, response_format(labels, "json_schema" if mode == "auto" else mode))
+        except EscalationCallError as exc:
+            if mode != "auto" or not exc.kind == "http_error" or not 400 <= (exc.status or 0) < 500:
+                raise
+        self.mode = "json_object"
+        return await self.complete(messages, response_format(labels, "json_object"))
+
+    async def complete(self, messages: list[dict], response_format: dict | None) -> ChatResult:
+        """One chat completion.
+
+        Raises:
+            EscalationCallError: timeout, connection failure, a non-2xx status, or a body that is
+                not an OpenAI chat completion (``choices[0].message.content``).
+        """
+        import httpx
+
+        body = {"model": self.config.model, "messages": messages, "max_tokens": self.config.max_tokens,
+                "temperature": self.config.temperature, "stream": False}
+        if response_format is not None:
+            body["response_format"] = response_format
+        t0 = time.perf_counter()
+        try:
+            resp = await self._client.post("/chat/completions", json=body)
+        except httpx.TimeoutException:
+            raise EscalationCallError("timeout", f"no answer within {self.config.timeout_s:g} s") from None
+        except httpx.HTTPError as exc:
+            raise EscalationCallError("unreachable", f"{type(exc).__name__}: {exc}") from None
+        latency = time.perf_counter() - t0
+        if resp.status_code // 100 != 2:
+            raise EscalationCallError("http_error", f"HTTP {resp.status_code}: {resp.text[:300]}", resp.status_code)
+        try:
+            data = resp.json()
+            text = data["choices"][0]["message"]["content"]
+            usage = {k: int(v) for k, v in (data.get("usage") or {}).items()
+                     if k in ("prompt_tokens", "completion_tokens", "total_tokens") and isinstance(v, int)}
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise EscalationCallError("bad_response", f"not a chat completion ({type(exc).__name__}): "
+                                                      f"{resp.text[:300]}") from None
+        return ChatResult(text=text, usage=usage, latency_s=latency, model=data.get("model"))
