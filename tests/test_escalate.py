@@ -206,9 +206,13 @@ def test_http_stream_sends_confident_fields_first_then_escalated_then_done(engin
                   for b in r.text.strip().split("\n\n")]
         kinds = [e for e, _ in events]
         assert kinds == ["answer"] * 3 + ["done"]
+        from noulengine.serve.schemas import STREAM_EVENTS
+
+        for kind, data in events:  # every event's data is what the OpenAPI document declares
+            STREAM_EVENTS[kind].model_validate(data)
         sources = [data["answer"]["source"] for e, data in events if e == "answer"]
         assert sources == sorted(sources, key=lambda s: s == "escalated")  # every model answer before any escalated
-        assert events[0][1]["field"] == confident and sources.count("escalated") == len(doubtful)
+        assert events[0][1]["field"] not in doubtful and sources.count("escalated") == len(doubtful)
         done = events[-1][1]
         assert done["usage"]["escalation"]["escalated"] == len(doubtful) and done["usage"]["input_tokens"] > 0
         # the same request, not streamed: one JSON body in the declared schema's shape

@@ -51,7 +51,8 @@ class ChatClient:
     async def complete_labels(self, messages: list[dict], labels) -> ChatResult:
         """One chat completion constrained to ``{"label": one of labels}`` in the configured
         ``response_format`` (``auto``: ``json_schema``, falling back to ``json_object`` for good
-        on an endpoint that refuses the first with a 4xx, as llama-cpp-python's server does).
+        on an endpoint that refuses the first form: a 4xx, or an error that names
+        ``response_format``, as llama-cpp-python's server answers with a 500).
 
         Raises:
             EscalationCallError: as :meth:`complete`.
@@ -62,7 +63,10 @@ class ChatClient:
         try:
             return await self.complete(messages, response_format(labels, "json_schema" if mode == "auto" else mode))
         except EscalationCallError as exc:
-            if mode != "auto" or not exc.kind == "http_error" or not 400 <= (exc.status or 0) < 500:
+            # A refusal of the form: a 4xx, or any error naming response_format (llama-cpp-python's
+            # server answers its own validation error with a 500 that says so).
+            refused = exc.kind == "http_error" and (400 <= (exc.status or 0) < 500 or "response_format" in str(exc))
+            if mode != "auto" or not refused:
                 raise
         self.mode = "json_object"
         return await self.complete(messages, response_format(labels, "json_object"))

@@ -33,7 +33,7 @@ class EscalationConfig:
             ``llama-server``: the label is an enum), ``json_object`` (llama-cpp-python's server:
             ``{"type": "json_object", "schema": ...}``), ``none`` (free text, validated after),
             or ``auto``: ``json_schema``, and ``json_object`` from then on if the endpoint refuses
-            that form with a 4xx.
+            that form (a 4xx, or an error naming response_format).
         temperature: sampling temperature of the LLM (0: greedy).
         show_probabilities: give the LLM the decision model's probabilities as context.
 

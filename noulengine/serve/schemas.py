@@ -307,6 +307,46 @@ class DecideResponse(BaseModel):
     error: None = Field(description="Always null in a 200 answer.")
 
 
+class StreamAnswerEvent(BaseModel):
+    """The data of an ``answer`` server-sent event (``"stream": true`` on ``/v1/decide``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    field: str = Field(description="The question id.")
+    answer: EngineAnswer
+
+
+class StreamDoneEvent(BaseModel):
+    """The data of the closing ``done`` server-sent event."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: Union[str, None]
+    usage: DecideUsage
+    latency_s: Annotated[float, Field(ge=0.0)] = Field(description="The decision model's seconds for the request.")
+    wall_s: Annotated[float, Field(ge=0.0)] = Field(description="Seconds from the request's arrival to this event.")
+    error: None
+
+
+class StreamErrorEvent(BaseModel):
+    """The data of an ``error`` event (a non-finite number met while streaming; the stream ends)."""
+
+    model_config = ConfigDict(extra="forbid")
+    error_type: str
+    message: str
+
+
+STREAM_EVENTS = {"answer": StreamAnswerEvent, "done": StreamDoneEvent, "error": StreamErrorEvent}
+
+
+def sse_event_schema() -> dict:
+    """One server-sent event of ``/v1/decide``'s stream, as OpenAPI's ``text/event-stream``
+    schema: the ``event`` name and its JSON ``data`` (``contentSchema`` by event)."""
+    return {"type": "object", "required": ["event", "data"],
+            "properties": {"event": {"type": "string", "enum": list(STREAM_EVENTS)},
+                           "data": {"type": "string", "contentMediaType": "application/json",
+                                    "contentSchema": {"oneOf": [_ref(m.__name__) for m in STREAM_EVENTS.values()]}},
+                           "id": {"type": "string"}, "retry": {"type": "integer"}}}
+
+
 # -- errors -------------------------------------------------------------------------------------
 
 class ValidationItem(BaseModel):
@@ -417,7 +457,7 @@ def component_schemas() -> dict:
     from pydantic.json_schema import models_json_schema
 
     models = {m for _, req, resp, _, _ in ROUTE_MODELS.values() for m in (req, resp) if m is not None}
-    models |= {ValidationErrorResponse, ErrorResponse}
+    models |= {ValidationErrorResponse, ErrorResponse, *STREAM_EVENTS.values()}
     _, top = models_json_schema([(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
                                 ref_template="#/components/schemas/{model}")
     return top["$defs"]
@@ -466,7 +506,7 @@ def openapi_document(base: dict, caps: dict, keyed: bool, models: tuple = ()) ->
             responses["200"]["description"] = ("OK: one JSON answer, or with \"stream\": true server-sent events "
                                                "(event 'answer': {field, answer}; then event 'done': {id, usage, "
                                                "latency_s, wall_s, error})")
-            responses["200"]["content"]["text/event-stream"] = {"schema": {"type": "string"}}
+            responses["200"]["content"]["text/event-stream"] = {"schema": sse_event_schema()}
         for status in errors:
             model = "ValidationErrorResponse" if status == 422 else "ErrorResponse"
             responses[str(status)] = {"description": _ERROR_TEXT[status], "content": _json(_ref(model))}
