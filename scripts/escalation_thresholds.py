@@ -84,17 +84,20 @@ def main(argv=None) -> int:
     p.add_argument("--stream-below", type=float, default=0.7, help="threshold for the stream timing (default 0.7)")
     p.add_argument("--llm-threads", type=int, default=1)
     p.add_argument("--output", default="runs/escalation")
+    p.add_argument("--part", choices=("all", "table", "stream"), default="all",
+                   help="run only the threshold table or only the stream timing (default both)")
     args = p.parse_args(argv)
     from noulengine.escalate.local_server import llama_server
     from noulengine.eval.__main__ import main as eval_main
 
     out = Path(args.output)
     with llama_server(threads=args.llm_threads) as url:
-        rc = eval_main(["--tasks", "typed_decisions,jevbench_easy,jevbench_original,jevbench_hard", "--sample",
-                        str(args.sample), "--seed", str(args.seed), "--output", str(out), "--no-plots",
-                        "--escalate-url", url, "--escalate-below", args.thresholds])
-        if rc != 0:
-            return rc
+        if args.part in ("all", "table"):
+            rc = eval_main(["--tasks", "typed_decisions,jevbench_easy,jevbench_original,jevbench_hard", "--sample",
+                            str(args.sample), "--seed", str(args.seed), "--output", str(out), "--no-plots",
+                            "--escalate-url", url, "--escalate-below", args.thresholds])
+            if rc != 0 or args.part == "table":
+                return rc
         lat = stream_latency(url, args.sample, args.seed, args.stream_below, args.llm_threads)
     (out / "stream_latency.json").write_text(json.dumps(lat, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(lat, indent=1))
