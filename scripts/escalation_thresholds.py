@@ -47,7 +47,8 @@ def stream_latency(url: str, sample: int, seed: int, below: float, llm_threads: 
 
     rows = selected_rows("typed_decisions", get_suite("typed_decisions").load(), EvalConfig(sample=sample, seed=seed))
     engine = Engine.from_pretrained()
-    app = create_app(engine, ServeConfig(escalation=EscalationConfig(url=url, below=below)))
+    app = create_app(engine, ServeConfig(escalation=EscalationConfig(url=url, below=below, max_concurrent=1,
+                                                                     timeout_s=300.0, deadline_s=3600.0)))
     first, last, escalated = [], [], []
     with live_server(app) as base, httpx.Client(timeout=300) as client:
         for _, rec in rows:
@@ -83,6 +84,8 @@ def main(argv=None) -> int:
     p.add_argument("--thresholds", default="0.5,0.7,0.9")
     p.add_argument("--stream-below", type=float, default=0.7, help="threshold for the stream timing (default 0.7)")
     p.add_argument("--llm-threads", type=int, default=1)
+    p.add_argument("--llm-timeout", type=float, default=300.0, help="seconds per LLM call (default 300)")
+    p.add_argument("--llm-deadline", type=float, default=3600.0, help="seconds per request's escalations (default 3600)")
     p.add_argument("--output", default="runs/escalation")
     p.add_argument("--part", choices=("all", "table", "stream"), default="all",
                    help="run only the threshold table or only the stream timing (default both)")
@@ -95,7 +98,11 @@ def main(argv=None) -> int:
         if args.part in ("all", "table"):
             rc = eval_main(["--tasks", "typed_decisions,jevbench_easy,jevbench_original,jevbench_hard", "--sample",
                             str(args.sample), "--seed", str(args.seed), "--output", str(out), "--no-plots",
-                            "--escalate-url", url, "--escalate-below", args.thresholds])
+                            "--escalate-url", url, "--escalate-below", args.thresholds,
+                            # llama-cpp-python's server answers one call at a time: more in flight only
+                            # queue there and eat the timeouts; the budgets are generous for a CPU LLM
+                            "--escalate-concurrency", "1", "--escalate-timeout", str(args.llm_timeout),
+                            "--escalate-deadline", str(args.llm_deadline), "--escalate-max", "16"])
             if rc != 0 or args.part == "table":
                 return rc
         lat = stream_latency(url, args.sample, args.seed, args.stream_below, args.llm_threads)
