@@ -287,8 +287,8 @@ def test_eval_reports_accuracy_with_and_without_escalation_over_thresholds(engin
     table = json.loads((out / "escalation.json").read_text())["suites"]["jevbench_easy"]
     low, high = table["rows"]
     assert table["decisions"] == 4 and [low["below"], high["below"]] == [0.3, 1.0]
-    assert high["escalated"] == 4 and high["share_escalated"] == 1.0 and high["llm_used"] + high["kept"] == 4
-    assert high["tokens_per_escalated_field"] > 0 and low["escalated"] <= high["escalated"]
+    assert high["under"] == 4 and high["share_under"] == 1.0 and high["llm_used"] + high["kept"] == 4
+    assert high["not_asked"] == 0 and high["tokens_per_answered_field"] > 0 and low["under"] <= high["under"]
     assert low["accuracy_without"] == high["accuracy_without"]
     lines = (out / "escalations.jsonl").read_text().splitlines()
     assert len(lines) == 4
@@ -309,3 +309,145 @@ def test_request_to_json_round_trips():
                                                                "criteria": {"true": "it is", "false": "it is not"}}}})
     again = request_from_json(request_to_json(req))
     assert again == req
+
+
+# -- rules found by review: odd endpoints, budgets, accounting (httpx.MockTransport stands in for an
+# endpoint's exact bytes: a real server cannot be made to send each of these on demand) ----------
+
+def _mock(handler):
+    import httpx
+
+    return httpx.MockTransport(handler)
+
+
+def _completion(content, usage=None, status=200):
+    import httpx
+
+    body = {"choices": [{"message": {"content": content}}], "usage": usage if usage is not None else
+            {"prompt_tokens": 10, "completion_tokens": 3}}
+    return httpx.Response(status, json=body)
+
+
+def _two_choice():
+    return Decision(id="r", answers={"x": _answer("a", 0.55), "y": _answer("a", 0.6)})
+
+
+def _req():
+    return request_from_json({"state": "s", "questions": {
+        f: {"type": "choice", "instructions": "?", "criteria": {"a": "A", "b": "B"}} for f in ("x", "y")}})
+
+
+@pytest.mark.parametrize("content,usage", [(7, None), ([{"type": "text", "text": "a"}], None),
+                                           ('{"label": "b"}', [1]), ('{"label": "b"}', True)])
+def test_an_odd_completion_never_fails_the_request(content, usage):
+    out = escalate_decisions([_two_choice()], [_req()], EscalationConfig(url="http://llm/v1", below=0.9),
+                             transport=_mock(lambda r: _completion(content, usage)))[0]
+    for a in out.answers.values():
+        if isinstance(content, str):  # a valid label with junk usage: used, usage dropped
+            assert a.source == "escalated" and a.escalation["usage"] == {}
+        else:
+            assert a.source == "model" and a.escalation["status"] == "bad_response"
+
+
+def test_auto_format_falls_back_only_when_the_form_is_refused():
+    import httpx
+
+    seen = []
+
+    def rate_limited(request):
+        seen.append(json.loads(request.content)["response_format"]["type"])
+        return httpx.Response(429, json={"error": "slow down"})
+
+    out = escalate_decisions([_two_choice()], [_req()], EscalationConfig(url="http://llm/v1", below=0.9,
+                                                                        max_concurrent=1),
+                             transport=_mock(rate_limited))[0]
+    assert set(seen) == {"json_schema"} and {a.escalation["status"] for a in out.answers.values()} == {"http_error"}
+    seen.clear()
+
+    def llama_cpp_python(request):
+        kind = json.loads(request.content)["response_format"]["type"]
+        seen.append(kind)
+        if kind == "json_schema":  # what llama-cpp-python's server answers
+            return httpx.Response(500, json={"error": {"message": "response_format.type: Input should be 'text' "
+                                                                 "or 'json_object'"}})
+        return _completion('{"label": "b"}')
+
+    out = escalate_decisions([_two_choice()], [_req()], EscalationConfig(url="http://llm/v1", below=0.9,
+                                                                        max_concurrent=1),
+                             transport=_mock(llama_cpp_python))[0]
+    assert seen == ["json_schema", "json_object", "json_object"]  # learnt once, then kept
+    assert {a.label for a in out.answers.values()} == {"b"}
+
+
+def test_an_auth_failure_body_is_not_passed_on():
+    import httpx
+
+    out = escalate_decisions([_two_choice()], [_req()], EscalationConfig(url="http://llm/v1", below=0.9),
+                             transport=_mock(lambda r: httpx.Response(401, text="bad key sk-abc...xyz")))[0]
+    assert all("sk-abc" not in a.escalation["reason"] for a in out.answers.values())
+
+
+@pytest.mark.parametrize("kwargs", [{"below": True}, {"deadline_s": True}, {"deadline_s": 10 ** 400},
+                                    {"timeout_s": float("nan")}, {"url": "http://user:pw@llm/v1"},
+                                    {"url": "http://[::1/v1"}])
+def test_config_refuses_bools_huge_numbers_and_credentials_in_urls(kwargs):
+    with pytest.raises(ValueError):
+        EscalationConfig(**{"url": "http://llm/v1", **kwargs})
+
+
+def test_request_overrides_may_only_lower_budgets_and_null_keeps_the_server_value():
+    cfg = EscalationConfig(url="http://llm/v1", below=0.7, max_per_request=4, deadline_s=60)
+    assert cfg.with_overrides({"below": None, "max": 2}).below == 0.7
+    with pytest.raises(ValueError, match="may only lower"):
+        cfg.with_overrides({"max": 10 ** 21})
+    with pytest.raises(ValueError, match="may only lower"):
+        cfg.with_overrides({"deadline_s": 600})
+
+
+def test_answers_that_land_while_the_consumer_is_busy_are_not_flagged_deadline():
+    import asyncio
+
+    from noulengine.escalate.runner import Escalator
+
+    async def run():
+        esc = Escalator(EscalationConfig(url="http://llm/v1", below=0.9, deadline_s=0.3),
+                        transport=_mock(lambda r: _completion('{"label": "b"}')))
+        out = []
+        async for f, a in esc.stream(_two_choice(), _req()):
+            out.append(a.escalation["status"])
+            await asyncio.sleep(0.5)  # a slow reader: the deadline passes while we sleep
+        await esc.aclose()
+        return out
+
+    assert asyncio.run(run()) == ["escalated", "escalated"]
+
+
+def test_fields_still_waiting_for_a_slot_at_the_deadline_are_not_counted_sent():
+    import asyncio
+
+    import httpx
+
+    async def slow(request):
+        await asyncio.sleep(0.5)
+        return _completion('{"label": "b"}')
+
+    class Slow(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request):
+            return await slow(request)
+
+    out = escalate_decisions([_two_choice()], [_req()], EscalationConfig(url="http://llm/v1", below=0.9,
+                                                                        max_concurrent=1, deadline_s=0.2),
+                             transport=Slow())[0]
+    called = sorted(a.escalation["called"] for a in out.answers.values())
+    assert called == [False, True] and out.escalation["sent"] == 1 and out.escalation["kept"] == {"deadline": 2}
+
+
+def test_decide_and_serve_take_one_threshold():
+    import argparse
+
+    from noulengine.escalate.args import add_escalation_args, config_from_args
+
+    p = argparse.ArgumentParser()
+    add_escalation_args(p)
+    with pytest.raises(ValueError, match="one threshold"):
+        config_from_args(p.parse_args(["--escalate-url", "http://llm/v1", "--escalate-below", "0.5,0.7"]))

@@ -27,6 +27,7 @@ def add_escalation_args(parser: argparse.ArgumentParser, *, thresholds: bool = F
                    "(default 4)")
     g.add_argument("--escalate-format", choices=RESPONSE_FORMATS, default="auto", help="structured output form "
                    "(default auto: json_schema, else llama-cpp-python's json_object)")
+    parser.set_defaults(escalate_many=thresholds)
     g.add_argument("--escalate-key-env", default=API_KEY_ENV, metavar="VAR", help="environment variable with the "
                    f"API key (default {API_KEY_ENV}); the key is never written to outputs")
 
@@ -43,6 +44,8 @@ def thresholds_from_args(args: argparse.Namespace) -> list[float]:
         raise ValueError(f"--escalate-below {args.escalate_below!r}: give numbers in (0, 1], comma-separated") from None
     if not values or any(not 0 < v <= 1 for v in values):
         raise ValueError(f"--escalate-below {args.escalate_below!r}: every threshold must be in (0, 1]")
+    if len(values) > 1 and not getattr(args, "escalate_many", False):
+        raise ValueError(f"--escalate-below {args.escalate_below!r}: one threshold here (a list is for eval's table)")
     return values
 
 

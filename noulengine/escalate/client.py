@@ -25,6 +25,15 @@ class ChatResult:
     model: str | None = None
 
 
+def refuses_form(exc: EscalationCallError) -> bool:
+    """True when an error says the endpoint does not take the ``json_schema`` form: a 400, 422 or
+    500 whose body names ``response_format`` / ``json_schema`` (llama-cpp-python answers its own
+    validation error with a 500). Rate limits, auth failures and a too-long prompt are not."""
+    text = str(exc)
+    return (exc.kind == "http_error" and exc.status in (400, 422, 500)
+            and ("response_format" in text or "json_schema" in text))
+
+
 class ChatClient:
     """An async client for one endpoint; one instance per event loop.
 
@@ -65,8 +74,7 @@ class ChatClient:
         except EscalationCallError as exc:
             # A refusal of the form: a 4xx, or any error naming response_format (llama-cpp-python's
             # server answers its own validation error with a 500 that says so).
-            refused = exc.kind == "http_error" and (400 <= (exc.status or 0) < 500 or "response_format" in str(exc))
-            if mode != "auto" or not refused:
+            if mode != "auto" or not refuses_form(exc):
                 raise
         self.mode = "json_object"
         return await self.complete(messages, response_format(labels, "json_object"))
@@ -89,17 +97,24 @@ class ChatClient:
             resp = await self._client.post("/chat/completions", json=body)
         except httpx.TimeoutException:
             raise EscalationCallError("timeout", f"no answer within {self.config.timeout_s:g} s") from None
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise EscalationCallError("unreachable", f"{type(exc).__name__}: {exc}") from None
         latency = time.perf_counter() - t0
         if resp.status_code // 100 != 2:
-            raise EscalationCallError("http_error", f"HTTP {resp.status_code}: {resp.text[:300]}", resp.status_code)
+            # an auth failure's body may echo part of the key: never pass it on
+            body = "(body withheld)" if resp.status_code in (401, 403) else resp.text[:300]
+            raise EscalationCallError("http_error", f"HTTP {resp.status_code}: {body}", resp.status_code)
         try:
             data = resp.json()
             text = data["choices"][0]["message"]["content"]
-            usage = {k: int(v) for k, v in (data.get("usage") or {}).items()
-                     if k in ("prompt_tokens", "completion_tokens", "total_tokens") and isinstance(v, int)}
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise EscalationCallError("bad_response", f"not a chat completion ({type(exc).__name__}): "
+            if text is not None and not isinstance(text, str):
+                raise TypeError(f"message.content is {type(text).__name__}, not a string")
+            raw_usage = data.get("usage")
+            usage = {k: int(v) for k, v in (raw_usage.items() if isinstance(raw_usage, dict) else ())
+                     if k in ("prompt_tokens", "completion_tokens", "total_tokens")
+                     and isinstance(v, int) and not isinstance(v, bool) and v >= 0}
+            model = data.get("model") if isinstance(data.get("model"), str) else None
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise EscalationCallError("bad_response", f"not a chat completion ({type(exc).__name__}: {exc}): "
                                                       f"{resp.text[:300]}") from None
-        return ChatResult(text=text, usage=usage, latency_s=latency, model=data.get("model"))
+        return ChatResult(text=text, usage=usage, latency_s=latency, model=model)

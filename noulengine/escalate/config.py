@@ -5,9 +5,21 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass, replace
+from urllib.parse import urlsplit
 
 API_KEY_ENV = "NOULENGINE_ESCALATE_API_KEY"
 RESPONSE_FORMATS = ("auto", "json_schema", "json_object", "none")
+MAX_SECONDS = 7 * 24 * 3600.0  # a week: any larger timeout or deadline is a mistake (and 1e400 is not a number)
+
+
+def _number(v) -> bool:
+    """A finite real number that is not a bool (``True`` is an ``int`` in Python)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 @dataclass(frozen=True)
@@ -57,12 +69,23 @@ class EscalationConfig:
     def __post_init__(self):
         if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
             raise ValueError(f"escalation url must start with http:// or https://, got {self.url!r}")
-        if not (isinstance(self.below, (int, float)) and 0.0 < self.below <= 1.0):
-            raise ValueError(f"escalation 'below' must be in (0, 1], got {self.below!r}")
+        try:
+            parts = urlsplit(self.url)
+            parts.port  # noqa: B018 - raises ValueError for a malformed port
+        except ValueError as exc:
+            raise ValueError(f"escalation url {self.url!r} is malformed: {exc}") from None
+        if not parts.hostname:
+            raise ValueError(f"escalation url {self.url!r} has no host")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("escalation url must not carry credentials (user:password@): they would be written "
+                             f"to reports; put the key in ${self.api_key_env} instead")
+        if not (_number(self.below) and 0.0 < self.below <= 1.0):
+            raise ValueError(f"escalation 'below' must be a number in (0, 1], got {self.below!r}")
         for name in ("timeout_s", "deadline_s"):
             v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"escalation {name!r} must be a positive number of seconds, got {v!r}")
+            if not (_number(v) and 0 < v <= MAX_SECONDS):
+                raise ValueError(f"escalation {name!r} must be a positive number of seconds (at most "
+                                 f"{MAX_SECONDS:g}), got {v!r}")
         for name in ("max_concurrent", "max_per_request", "max_tokens"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "max_per_request" else 1):
@@ -77,18 +100,27 @@ class EscalationConfig:
         return os.environ.get(self.api_key_env) or None
 
     def with_overrides(self, options: dict | None) -> "EscalationConfig":
-        """A copy with a request's options applied (``below``, ``max``, ``deadline_s``).
+        """A copy with a request's options applied: ``below`` (any threshold in (0, 1]), ``max``
+        and ``deadline_s`` (which may only lower the server's budgets, never raise them); an
+        option given as null keeps the server's value.
 
         Raises:
-            ValueError: an unknown option or a value out of range (naming it).
+            ValueError: an unknown option, a value out of range, or a budget above the server's
+                (naming it).
         """
+        options = {k: v for k, v in (options or {}).items() if v is not None}
         if not options:
             return self
         allowed = {"below": "below", "max": "max_per_request", "deadline_s": "deadline_s"}
         unknown = sorted(set(options) - set(allowed))
         if unknown:
             raise ValueError(f"unknown escalate option {unknown[0]!r}; options are {sorted(allowed)}")
-        return replace(self, **{allowed[k]: v for k, v in options.items()})
+        out = replace(self, **{allowed[k]: v for k, v in options.items()})
+        for key, attr in (("max", "max_per_request"), ("deadline_s", "deadline_s")):
+            if key in options and getattr(out, attr) > getattr(self, attr):
+                raise ValueError(f"escalate option {key!r} may only lower this server's budget "
+                                 f"({getattr(self, attr):g}), got {options[key]!r}")
+        return out
 
     def to_dict(self) -> dict:
         """JSON-able settings (the API key's variable name, never the key)."""

@@ -77,15 +77,19 @@ class Escalator:
             await self._client.aclose()
             self._client = None
 
-    async def _ask(self, request, question, answer: Answer, cfg: EscalationConfig) -> Answer:
+    async def _ask(self, request, question, answer: Answer, cfg: EscalationConfig, started: set) -> Answer:
         client, sem = self._ensure()
         messages = build_messages(request, question, answer, show_probabilities=cfg.show_probabilities)
         async with sem:
+            started.add(question.field)  # the call is made (a field still waiting for a slot is not "sent")
             t0 = time.perf_counter()
             try:
                 result = await client.complete_labels(messages, question.labels)
             except EscalationCallError as exc:
                 return kept(answer, cfg, exc.kind, str(exc), latency_s=time.perf_counter() - t0)
+            except Exception as exc:  # noqa: BLE001 - a failed LLM call never fails the request
+                return kept(answer, cfg, "bad_response", f"{type(exc).__name__}: {exc}",
+                            latency_s=time.perf_counter() - t0)
         label, why = parse_label(result.text, question.labels)
         common = {"usage": result.usage, "latency_s": result.latency_s, "llm_text": (result.text or "")[:500]}
         if label is None:
@@ -117,25 +121,38 @@ class Escalator:
             return
         questions = {q.field: q for q in request.questions}
         loop = asyncio.get_running_loop()
-        tasks = {asyncio.ensure_future(self._ask(request, questions[f], decision.answers[f], cfg)): f for f in todo}
+        started: set = set()
+        tasks = {asyncio.ensure_future(self._ask(request, questions[f], decision.answers[f], cfg, started)): f
+                 for f in todo}
         deadline = loop.time() + cfg.deadline_s
         pending = set(tasks)
+        order = lambda t: todo.index(tasks[t])  # noqa: E731
         try:
             while pending:
                 left = deadline - loop.time()
                 if left <= 0:
                     break
                 done, pending = await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-                for t in sorted(done, key=lambda t: todo.index(tasks[t])):
+                for t in sorted(done, key=order):
                     yield tasks[t], t.result()
-            for t in sorted(pending, key=lambda t: todo.index(tasks[t])):
+            # Answers that landed while the consumer was busy (time spent at `yield` counts toward
+            # the deadline) are final: deliver them, not a deadline flag.
+            landed = {t for t in pending if t.done() and not t.cancelled()}
+            pending -= landed
+            for t in sorted(landed, key=order):
+                yield tasks[t], t.result()
+            for t in pending:
                 t.cancel()
+            for t in sorted(pending, key=order):
                 f = tasks[t]
                 yield f, kept(decision.answers[f], cfg, "deadline",
-                              f"the request's escalation deadline ({cfg.deadline_s:g} s) passed first")
+                              f"the request's escalation deadline ({cfg.deadline_s:g} s) passed first",
+                              called=f in started)
         finally:
             for t in pending:
                 t.cancel()
+            if pending:  # let cancelled calls unwind (close their connections) before leaving
+                await asyncio.gather(*pending, return_exceptions=True)
 
     async def escalate(self, decision: Decision, request, options: dict | None = None) -> Decision:
         """The decision with its doubtful fields escalated (answers in question order)."""
@@ -150,7 +167,8 @@ class Escalator:
 
 def summarize(answers, *, wall_s: float | None = None) -> dict:
     """A request's escalation usage: fields sent, answered by the LLM, kept (by reason), tokens."""
-    sent = [a for a in answers if a.escalation is not None and a.escalation["status"] != "budget"]
+    sent = [a for a in answers if a.escalation is not None and a.escalation["status"] != "budget"
+            and a.escalation.get("called", True)]  # a deadline flag before the call began: never sent
     kept_by: dict[str, int] = {}
     for a in answers:
         if a.escalation is not None and a.source == "model":

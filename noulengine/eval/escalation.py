@@ -27,9 +27,20 @@ class EscalationRunError(ValueError):
     """The run folder holds escalations made with other settings."""
 
 
+FINAL = ("escalated", "invalid_answer", "budget")  # an answer; a refused label; never asked by design
+
+
 def _key(cfg) -> dict:
+    """The settings that change what the LLM answers (a resumed run must match them)."""
     return {"url": cfg.url, "model": cfg.model, "below": cfg.below, "response_format": cfg.response_format,
-            "max_tokens": cfg.max_tokens, "show_probabilities": cfg.show_probabilities}
+            "max_tokens": cfg.max_tokens, "temperature": cfg.temperature, "max_per_request": cfg.max_per_request,
+            "show_probabilities": cfg.show_probabilities}
+
+
+def _final(answers: dict) -> bool:
+    """A row is done when none of its fields failed for a reason that may pass (timeout,
+    unreachable, HTTP error, bad response, deadline): those rows are asked again on resume."""
+    return all((a.get("escalation") or {}).get("status", "escalated") in FINAL for a in answers.values())
 
 
 def _read_done(path: Path) -> dict[tuple[str, int], dict]:
@@ -40,7 +51,7 @@ def _read_done(path: Path) -> dict[tuple[str, int], dict]:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a torn tail of an interrupted write: asked again
-            done[(row["suite"], int(row["row"]))] = row["answers"]
+            done[(row["suite"], int(row["row"]))] = row["answers"]  # a later line (a retry) wins
     return done
 
 
@@ -75,7 +86,7 @@ def collect_escalations(items, cfg, out_dir: Path, *, chunk: int = 32, progress=
     done = _read_done(path)
     todo = []
     for suite, row, rec, pred in items:
-        if (suite, row) in done or pred.get("error") or not pred.get("answers"):
+        if ((suite, row) in done and _final(done[(suite, row)])) or pred.get("error") or not pred.get("answers"):
             continue
         answers = {f: Answer.from_dict(a) for f, a in pred["answers"].items()}
         if any(a.confidence < cfg.below for a in answers.values()):
@@ -85,7 +96,11 @@ def collect_escalations(items, cfg, out_dir: Path, *, chunk: int = 32, progress=
         return await asyncio.gather(*(esc.escalate(d, rec.request) for _, _, rec, d in part))
 
     async def run_all():
-        esc = Escalator(replace(cfg, max_per_request=max(cfg.max_per_request, 1)), transport=transport)
+        # No per-request deadline here: the rows of a chunk share the concurrency slots, so a
+        # row's clock would include waiting behind the others (the per-call timeout still applies).
+        from noulengine.escalate.config import MAX_SECONDS
+
+        esc = Escalator(replace(cfg, deadline_s=MAX_SECONDS), transport=transport)
         try:
             with path.open("a", encoding="utf-8") as sink:
                 for start in range(0, len(todo), chunk):
@@ -115,8 +130,13 @@ def threshold_table(items, escalated: dict, thresholds) -> dict:
         thresholds: the thresholds (each <= the one the escalations were collected at).
 
     Returns:
-        ``{suite: {"decisions", "accuracy_model", "rows": [{"below", "share_escalated", ...}]}}``;
-        only fields with a gold label count.
+        ``{suite: {"decisions", "rows": [{"below", "under", "share_under", "llm_used", "kept",
+        "not_asked", "accuracy_without", "accuracy_with", "under_accuracy_before",
+        "under_accuracy_after", "tokens_per_answered_field", "llm_tokens"}, ...]}}``: ``under``
+        counts the fields under the threshold; of them ``llm_used`` took the LLM's label, ``kept``
+        kept the model's after the LLM was asked (refused label or failed call) and ``not_asked``
+        were never sent (over the per-request cap); tokens are averaged over the calls that
+        returned usage. Only fields with a gold label count.
     """
     fields: dict[str, list[tuple[str, float, str, dict | None]]] = {}
     for suite, row, rec, pred in items:
@@ -142,18 +162,17 @@ def threshold_table(items, escalated: dict, thresholds) -> dict:
                 return x[3]["llm_label"] if ok else x[2]
 
             final = [label(x) for x in fs]
-            sent = [x for x in under if x[3] is not None and x[3]["status"] != "budget"]
+            asked = [x for x in under if x[3] is not None and x[3]["status"] != "budget"]
             tokens = [sum((x[3].get("usage") or {}).get(k, 0) for k in ("prompt_tokens", "completion_tokens"))
-                      for x in sent]
-            missing = sum(1 for x in under if x[3] is None)
+                      for x in asked if x[3].get("usage")]
             rows.append({
-                "below": t, "escalated": len(under), "share_escalated": len(under) / n if n else None,
-                "llm_used": len(used), "kept": len(under) - len(used), "not_asked": missing,
+                "below": t, "under": len(under), "share_under": len(under) / n if n else None,
+                "llm_used": len(used), "kept": len(asked) - len(used), "not_asked": len(under) - len(asked),
                 "accuracy_without": sum(x[2] == x[0] for x in fs) / n if n else None,
                 "accuracy_with": sum(lab == x[0] for lab, x in zip(final, fs)) / n if n else None,
-                "escalated_accuracy_before": (sum(x[2] == x[0] for x in under) / len(under)) if under else None,
-                "escalated_accuracy_after": (sum(label(x) == x[0] for x in under) / len(under)) if under else None,
-                "tokens_per_escalated_field": (sum(tokens) / len(tokens)) if tokens else None,
+                "under_accuracy_before": (sum(x[2] == x[0] for x in under) / len(under)) if under else None,
+                "under_accuracy_after": (sum(label(x) == x[0] for x in under) / len(under)) if under else None,
+                "tokens_per_answered_field": (sum(tokens) / len(tokens)) if tokens else None,
                 "llm_tokens": sum(tokens)})
         out[suite] = {"decisions": n, "rows": rows}
     return out
@@ -165,18 +184,19 @@ def table_markdown(table: dict, cfg) -> str:
         return "n/a" if x is None else f"{100 * x:.1f}%"
 
     lines = [f"## Escalation to `{cfg.model}` at {cfg.url}", "",
-             "Fields whose confidence (max p) is under the threshold are asked of the LLM; its answer is used "
-             "when it is a valid candidate (`llm used`), otherwise the model's stands (`kept`).", ""]
+             "Fields whose confidence (max p) is under the threshold are asked of the LLM; its label is used when it "
+             "is a valid candidate (`llm used`); otherwise the model's stands (`kept`: refused label or failed call; "
+             "`not asked`: over the per-request cap).", ""]
     for suite, t in table.items():
         lines += [f"### {suite} ({t['decisions']} decisions)", "",
-                  "| below | escalated | accuracy without | accuracy with | escalated fields: before / after | llm used | kept | tokens / escalated field |",
-                  "|---:|---:|---:|---:|---|---:|---:|---:|"]
+                  "| below | under threshold | accuracy without | accuracy with | those fields: before / after | llm used | kept | not asked | tokens / answered field |",
+                  "|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
         for r in t["rows"]:
-            tok = "n/a" if r["tokens_per_escalated_field"] is None else f"{r['tokens_per_escalated_field']:.0f}"
-            lines.append(f"| {r['below']:g} | {pct(r['share_escalated'])} ({r['escalated']}) | "
+            tok = "n/a" if r["tokens_per_answered_field"] is None else f"{r['tokens_per_answered_field']:.0f}"
+            lines.append(f"| {r['below']:g} | {pct(r['share_under'])} ({r['under']}) | "
                          f"{pct(r['accuracy_without'])} | {pct(r['accuracy_with'])} | "
-                         f"{pct(r['escalated_accuracy_before'])} / {pct(r['escalated_accuracy_after'])} | "
-                         f"{r['llm_used']} | {r['kept']} | {tok} |")
+                         f"{pct(r['under_accuracy_before'])} / {pct(r['under_accuracy_after'])} | "
+                         f"{r['llm_used']} | {r['kept']} | {r['not_asked']} | {tok} |")
         lines.append("")
     return "\n".join(lines)
 

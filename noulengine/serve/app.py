@@ -337,12 +337,17 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
             pairs = (escalator.stream(decision, parsed, options) if options is not None
                      else _aiter(decision.answers.items()))
             try:
-                async for fld, answer in pairs:
-                    final[fld] = answer
-                    yield sse("answer", {"field": fld, "answer": answer.to_dict()})
+                async with contextlib.aclosing(pairs):  # a client that goes away cancels its LLM calls
+                    async for fld, answer in pairs:
+                        final[fld] = answer
+                        yield sse("answer", {"field": fld, "answer": answer.to_dict()})
             except ValueError as exc:  # a non-finite number: say so in the stream, never send NaN
                 log.error("non-finite output: %s", exc)
                 yield sse("error", {"error_type": "non_finite_output", "message": "the model produced a non-finite number"})
+                return
+            except Exception as exc:  # noqa: BLE001 - the status line is sent: end the stream with an error event
+                log.exception("stream failure")
+                yield sse("error", {"error_type": "internal_error", "message": type(exc).__name__})
                 return
             usage = {"input_tokens": decision.input_tokens}
             if options is not None:

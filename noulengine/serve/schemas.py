@@ -158,11 +158,12 @@ class EscalateOptions(BaseModel):
     """Per-request escalation overrides."""
 
     model_config = ConfigDict(extra="forbid")
-    below: Union[Annotated[float, Field(gt=0.0, le=1.0)], None] = Field(
-        None, description="Escalate questions whose confidence (max p) is under this.")
-    max: Union[Annotated[int, Field(ge=0)], None] = Field(None, description="Escalations per request at most.")
-    deadline_s: Union[Annotated[float, Field(gt=0.0)], None] = Field(
-        None, description="Seconds for this request's escalations in all.")
+    below: Union[Annotated[float, Field(gt=0.0, le=1.0, strict=True)], None] = Field(
+        None, description="Escalate questions whose confidence (max p) is under this; null: the server's.")
+    max: Union[Annotated[int, Field(ge=0, strict=True)], None] = Field(
+        None, description="Escalations per request at most (may only lower the server's --escalate-max).")
+    deadline_s: Union[Annotated[float, Field(gt=0.0, strict=True)], None] = Field(
+        None, description="Seconds for this request's escalations in all (may only lower the server's).")
 
 
 class DecideRequest(BaseModel):
@@ -243,6 +244,7 @@ class EscalationRecord(BaseModel):
     latency_s: Union[Annotated[float, Field(ge=0.0)], None]
     llm_text: Union[str, None] = Field(None, description="The LLM's raw answer (first 500 characters).")
     changed: Union[bool, None] = Field(None, description="Escalated: whether the LLM's label differs from the model's.")
+    called: Union[bool, None] = Field(None, description="Deadline: whether the LLM call had begun.")
 
 
 class EscalationUsage(BaseModel):
@@ -260,7 +262,7 @@ class _EngineAnswer(BaseModel):
     labels: list[str] = Field(description="Candidate labels in criteria order.")
     probabilities: dict[str, Probability] = Field(description="Label -> p (after temperature), summing to 1.")
     confidence: Probability = Field(description="max p.")
-    label: str = Field(description="The argmax label.")
+    label: str = Field(description="The answer: the argmax label, or the LLM's label when source is 'escalated'.")
     logprobs: list[float] = Field(description="The candidates' log-probabilities before temperature.")
     x_mass: Annotated[float, Field(ge=0.0)] = Field(description="The candidates' raw probability mass before "
                                                                "renormalisation (near 0: the model wanted to say something else).")
@@ -279,7 +281,7 @@ class NoulAnswer(_EngineAnswer):
 
 class ChoiceAnswer(_EngineAnswer):
     type: Literal["choice"]
-    choice: str = Field(description="The argmax label.")
+    choice: str = Field(description="The answer (as label).")
 
 
 class ScoreAnswer(_EngineAnswer):
