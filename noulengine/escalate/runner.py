@@ -190,6 +190,10 @@ def escalate_decisions(decisions: list[Decision], requests: list, config: Escala
 
     Returns:
         The decisions, in order, with doubtful fields escalated; failed decisions unchanged.
+
+    Called from inside a running event loop (a notebook), the calls run on a fresh loop in a
+    worker thread and the caller's loop waits until they finish: an LLM served on that same loop
+    cannot answer then. Async callers should use :class:`Escalator` directly.
     """
     async def run_all():
         esc = Escalator(config, transport=transport)
