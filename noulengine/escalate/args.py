@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
+from types import SimpleNamespace
 
-from noulengine.escalate.config import API_KEY_ENV, RESPONSE_FORMATS, EscalationConfig
+from noulengine.escalate.config import RESPONSE_FORMATS, EscalationConfig
+
+
+# The flags' defaults are EscalationConfig's own (one source of truth).
+D = SimpleNamespace(**{f.name: f.default for f in fields(EscalationConfig)})
 
 
 def add_escalation_args(parser: argparse.ArgumentParser, *, thresholds: bool = False) -> None:
@@ -13,23 +19,24 @@ def add_escalation_args(parser: argparse.ArgumentParser, *, thresholds: bool = F
     g = parser.add_argument_group("escalation to a generative LLM (OpenAI-compatible chat completions; docs/escalation.md)")
     g.add_argument("--escalate-url", metavar="URL", help="the endpoint's base URL including /v1 (e.g. "
                    "http://127.0.0.1:8080/v1); without it nothing is escalated")
-    g.add_argument("--escalate-model", default="default", metavar="NAME", help="the model name sent in each call")
-    g.add_argument("--escalate-below", default="0.7", metavar="T" + (",T..." if thresholds else ""),
+    g.add_argument("--escalate-model", default=D.model, metavar="NAME", help="the model name sent in each call")
+    g.add_argument("--escalate-below", default=str(D.below), metavar="T" + (",T..." if thresholds else ""),
                    help="escalate questions whose confidence (max p) is under T" +
                         (" (several: one row per threshold, the LLM asked once per field)" if thresholds else "")
-                        + " (default 0.7)")
-    g.add_argument("--escalate-max", type=int, default=8, metavar="N", help="escalations per request at most, least "
-                   "confident first (default 8)")
-    g.add_argument("--escalate-timeout", type=float, default=30.0, metavar="S", help="seconds per LLM call (default 30)")
-    g.add_argument("--escalate-deadline", type=float, default=120.0, metavar="S", help="seconds for a request's "
-                   "escalations in all (default 120)")
-    g.add_argument("--escalate-concurrency", type=int, default=4, metavar="N", help="LLM calls in flight at once "
-                   "(default 4)")
-    g.add_argument("--escalate-format", choices=RESPONSE_FORMATS, default="auto", help="structured output form "
+                        + f" (default {D.below:g})")
+    g.add_argument("--escalate-max", type=int, default=D.max_per_request, metavar="N", help="escalations per "
+                   f"request at most, least confident first (default {D.max_per_request})")
+    g.add_argument("--escalate-timeout", type=float, default=D.timeout_s, metavar="S",
+                   help=f"seconds per LLM call (default {D.timeout_s:g})")
+    g.add_argument("--escalate-deadline", type=float, default=D.deadline_s, metavar="S", help="seconds for a "
+                   f"request's escalations in all (default {D.deadline_s:g})")
+    g.add_argument("--escalate-concurrency", type=int, default=D.max_concurrent, metavar="N",
+                   help=f"LLM calls in flight at once (default {D.max_concurrent})")
+    g.add_argument("--escalate-format", choices=RESPONSE_FORMATS, default=D.response_format, help="structured output form "
                    "(default auto: json_schema, else llama-cpp-python's json_object)")
     parser.set_defaults(escalate_many=thresholds)
-    g.add_argument("--escalate-key-env", default=API_KEY_ENV, metavar="VAR", help="environment variable with the "
-                   f"API key (default {API_KEY_ENV}); the key is never written to outputs")
+    g.add_argument("--escalate-key-env", default=D.api_key_env, metavar="VAR", help="environment variable with the "
+                   f"API key (default {D.api_key_env}); the key is never written to outputs")
 
 
 def thresholds_from_args(args: argparse.Namespace) -> list[float]:
