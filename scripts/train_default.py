@@ -187,6 +187,14 @@ def build_data(data_dir: Path, out: Path) -> dict:
     return info
 
 
+def train_args(model: str | None = None, name: str | None = None) -> list[str]:
+    """The recipe's ``noulengine train`` flags, optionally with another base model and name."""
+    args = list(TRAIN_ARGS)
+    if name is not None:
+        args[args.index("--name") + 1] = name
+    return args + (["--model", model] if model is not None else [])
+
+
 def run(cmd: list[str]) -> None:
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=REPO)
@@ -197,8 +205,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", default="data,train,calibrate,install", help="comma-separated subset of the steps")
     ap.add_argument("--source", help="raw data root (default: $NOULENGINE_DATA, else ../shared/data)")
     ap.add_argument("--work", default=str(WORK), help="work folder (git-ignored)")
+    ap.add_argument("--model", default=None, help="another base (anything `noulengine train --model` takes), for "
+                    "comparisons such as scripts/compare_bases.py; the install step refuses it (the package's "
+                    "loader pins SmolLM2-135M-Instruct as the default's base)")
+    ap.add_argument("--name", default=None, help="the trained model's name (default noul-smollm2-135m-v2)")
     args = ap.parse_args(argv)
     steps = args.steps.split(",")
+    if args.model is not None and "install" in steps:
+        ap.error("--model with the install step: the embedded default's base is pinned to SmolLM2-135M-Instruct; "
+                 "run --steps data,train,calibrate and load the result with --model <work>/model")
     work = Path(args.work)
     data_dir = resolve_data_dir(args.source)
     if data_dir is None:
@@ -221,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         if model_dir.exists():
             shutil.rmtree(model_dir)
         run([py, "-m", "noulengine", "train", "--data", str(work / "data" / "train.jsonl"), "--output", str(model_dir),
-             "--selection", str(work / "data" / "selection.jsonl"), *TRAIN_ARGS])
+             "--selection", str(work / "data" / "selection.jsonl"), *train_args(args.model, args.name)])
         times["train_s"] = round(time.perf_counter() - t, 1)
     if "calibrate" in steps:
         t = time.perf_counter()
