@@ -1,0 +1,77 @@
+"""The default model's recipe scripts: ``scripts/train_default.py`` (its flags, the install guard)
+and ``scripts/compare_bases.py`` (subset, evaluation reading, report), without training."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import compare_bases  # noqa: E402
+import train_default  # noqa: E402
+
+
+def test_train_args_keep_the_recipe_and_swap_only_model_and_name():
+    assert train_default.train_args() == train_default.TRAIN_ARGS
+    args = train_default.train_args("some/base.gguf", "candidate")
+    assert args[-2:] == ["--model", "some/base.gguf"]
+    assert args[args.index("--name") + 1] == "candidate"
+    rest = list(train_default.TRAIN_ARGS)
+    rest[rest.index("--name") + 1] = "candidate"
+    assert args[:-2] == rest  # every other setting is the recipe's
+    assert train_default.TRAIN_ARGS[train_default.TRAIN_ARGS.index("--name") + 1] == "noul-smollm2-135m-v2"
+
+
+def test_install_refuses_another_base(tmp_path, capsys):
+    before = (REPO / "noulengine" / "models" / "loading.py").read_bytes()
+    with pytest.raises(SystemExit) as exc:
+        train_default.main(["--steps", "install", "--model", "x.gguf", "--work", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "pinned to SmolLM2-135M-Instruct" in capsys.readouterr().err
+    assert (REPO / "noulengine" / "models" / "loading.py").read_bytes() == before
+
+
+def test_subset_is_fixed_by_its_seed(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text("".join(json.dumps({"id": f"r{i}"}) + "\n" for i in range(50)))
+    monkeypatch.setattr(compare_bases, "DATA", data)
+    a = compare_bases.make_subset(tmp_path / "a", 10, seed=3)
+    b = compare_bases.make_subset(tmp_path / "b", 10, seed=3)
+    c = compare_bases.make_subset(tmp_path / "c", 10, seed=4)
+    assert a["sha256"] == b["sha256"] != c["sha256"]
+    ids = [json.loads(x)["id"] for x in (tmp_path / "a" / "subset.jsonl").read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == 10
+    with pytest.raises(SystemExit, match="exceeds"):
+        compare_bases.make_subset(tmp_path / "d", 51, seed=0)
+
+
+def _training_json(name: str, accuracy: float, flip: float) -> dict:
+    sel = {"decisions": 616, "accuracy": accuracy, "nll": 0.8, "brier": 0.4, "ece": 0.05, "x_mass_median": 0.96}
+    return {"base_model": {"name": name}, "trainable_parameters": 1000, "steps": 112, "train_s": 1000.0,
+            "examples_per_s": 0.75, "epochs": [{"epoch": 1, "selection": sel}],
+            "final": {"permutation": {"decisions": 200, "accuracy": 0.9, "flip_rate": flip}}}
+
+
+def test_report_reads_training_and_probe_metrics(tmp_path):
+    for base, acc, flip in (("smollm2", 0.628, 0.243), ("gemma3", 0.644, 0.052)):
+        (tmp_path / base).mkdir()
+        (tmp_path / base / "training.json").write_text(json.dumps(_training_json(base.upper(), acc, flip)))
+    metrics = {"procedural": {"metrics": {"counts": {"decisions": 519}, "accuracy": 0.514,
+                                          "baselines": {"chance": 0.369, "majority": 0.497},
+                                          "reversal_change_share": 0.247, "order_probe": {"items": 190}}},
+               "skipped_suite": {"status": "missing", "metrics": {}}}
+    (tmp_path / "eval-proc-gemma3").mkdir()
+    (tmp_path / "eval-proc-gemma3" / "metrics.json").write_text(json.dumps(metrics))
+    rows = compare_bases.report(tmp_path, ["smollm2", "gemma3"])
+    assert rows["gemma3"]["flip_rate"] == 0.052 and rows["smollm2"]["eval"] == {}
+    assert rows["gemma3"]["eval"]["procedural"]["reversal_change_share"] == 0.247
+    text = (tmp_path / "comparison.md").read_text()
+    assert "| GEMMA3 | 1,000 | 112 |" in text and "| 64.4% |" in text and "| 0.052 |" in text
+    assert "| procedural | 519 | 36.9% | 49.7% | - | 51.4% / 0.247 |" in text
+    assert json.loads((tmp_path / "comparison.json").read_text())["smollm2"]["flip_rate"] == 0.243
