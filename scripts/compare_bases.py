@@ -33,9 +33,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -45,6 +45,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 import train_default as recipe  # noqa: E402  (one recipe: its data, seed and training flags)
+
+from noulengine.eval.suites import resolve_data_dir  # noqa: E402
+from noulengine.models.loading import sha256_file  # noqa: E402
 
 DATA = recipe.WORK / "data"
 
@@ -61,14 +64,13 @@ def gemma3_270m() -> str:
 BASES = {"smollm2": lambda: "SmolLM2-135M-Instruct", "gemma3": gemma3_270m}
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def make_subset(out: Path, rows: int, seed: int) -> dict:
     """Draw ``rows`` training rows (fixed seed) from the recipe's train.jsonl."""
     if not (DATA / "train.jsonl").is_file():
-        subprocess.run([sys.executable, str(REPO / "scripts" / "train_default.py"), "--steps", "data"], check=True)
+        data_dir = resolve_data_dir(None)
+        if data_dir is None:
+            raise SystemExit("no raw data root found (set NOULENGINE_DATA)")
+        recipe.build_data(data_dir, DATA)  # the recipe's own data step
     lines = [ln for ln in (DATA / "train.jsonl").read_text(encoding="utf-8").splitlines() if ln.strip()]
     if rows > len(lines):
         raise SystemExit(f"--rows {rows} exceeds the recipe's {len(lines)} training rows")
@@ -76,8 +78,8 @@ def make_subset(out: Path, rows: int, seed: int) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "subset.jsonl"
     path.write_text("".join(lines[i] + "\n" for i in picked), encoding="utf-8")
-    info = {"path": str(path), "rows": rows, "seed": seed, "sha256": _sha256(path),
-            "from": str(DATA / "train.jsonl"), "from_sha256": _sha256(DATA / "train.jsonl")}
+    info = {"path": str(path), "rows": rows, "seed": seed, "sha256": sha256_file(path),
+            "from": str(DATA / "train.jsonl"), "from_sha256": sha256_file(DATA / "train.jsonl")}
     (out / "subset.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
     return info
 
@@ -88,8 +90,7 @@ def train_base(out: Path, base: str) -> None:
         print(f"{base}: {folder}/training.json exists, skipped")
         return
     if folder.exists():  # an interrupted run: noulengine train wants an empty folder
-        for p in sorted(folder.rglob("*"), reverse=True):
-            p.unlink() if p.is_file() else p.rmdir()
+        shutil.rmtree(folder)
     cmd = [sys.executable, "-m", "noulengine.train", "--data", str(out / "subset.jsonl"),
            "--selection", str(DATA / "selection.jsonl"), "--output", str(folder), "--progress", "false",
            *recipe.train_args(BASES[base](), f"compare-{base}")]
