@@ -124,7 +124,7 @@ def engine(tiny_llama, tiny_tokenizer):
 def _between(decision: Decision) -> tuple[float, str, list[str]]:
     """A threshold with at least one field under it and one over it (the tiny model's confidences)."""
     conf = sorted(decision.answers.items(), key=lambda kv: kv[1].confidence)
-    (lo_f, lo), (hi_f, hi) = conf[0], conf[-1]
+    (_, lo), (hi_f, hi) = conf[0], conf[-1]
     assert hi.confidence > lo.confidence
     return (lo.confidence + hi.confidence) / 2, hi_f, [f for f, a in conf if a.confidence < (lo.confidence + hi.confidence) / 2]
 

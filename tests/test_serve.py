@@ -7,7 +7,6 @@ import io
 import json
 import math
 import threading
-import time
 
 import pytest
 

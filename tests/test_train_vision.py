@@ -13,7 +13,7 @@ from noulengine import Engine
 from noulengine.train import TrainConfig, train
 from noulengine.train.contamination import EvaluationIndex
 from noulengine.train.methods import apply_method, vision_parameters
-from tests.vision_models import build, image_field, png_bytes
+from tests.vision_models import build, image_field
 
 COLOURS = {"red": (230, 20, 20), "blue": (20, 40, 230)}
 QUESTIONS = {"c": {"type": "choice", "instructions": "Which colour fills the image?",

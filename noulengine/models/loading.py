@@ -295,11 +295,6 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, dtype=None, dev
     return LoadedModel(model, tokenizer, identity, training, str(cal) if cal is not None and cal.is_file() else None,
                        processor=processor)
 
-    try:
-        return "vision_config" in json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-
 
 def _load_adapter(path: Path, training: dict, *, dtype, device, attn_implementation) -> LoadedModel:
     from peft import PeftModel

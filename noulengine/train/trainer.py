@@ -37,8 +37,8 @@ from noulengine.compile.render import PROMPT_VERSION
 from noulengine.models.tokenizer_probe import probe_record
 from noulengine.train.config import TrainConfig  # noqa: F401 - re-exported (noulengine.train.TrainConfig)
 from noulengine.train.data import TrainingDataError, load_training_rows
-from noulengine.train.loss import LOSSES, batch_losses, compile_example
-from noulengine.train.methods import (DEFAULT_LR, METHODS, apply_method, load_trainable_state, save_trained,
+from noulengine.train.loss import batch_losses, compile_example
+from noulengine.train.methods import (apply_method, load_trainable_state, save_trained,
                                       trainable_parameters, trainable_state)
 
 FORMAT = "noulengine-training"

@@ -72,7 +72,7 @@ def parse_item(item, *, file: str, context: dict | None = None) -> Record:
             targets[fld] = {"label": gold_label(raw.get("type"), raw.get("criteria"), value, rid, f"questions.{fld}.expected")}
     extra = [k for k in (row_expected or {}) if k not in questions]
     if extra:
-        raise fail(rid, f"expected.{extra[0]}", f"an expected answer for a question the row does not ask")
+        raise fail(rid, f"expected.{extra[0]}", "an expected answer for a question the row does not ask")
     metadata = {f"upstream_{k}" if k in ("file", "protocol", "unscored") else k: v
                 for k, v in item.items() if k not in _RESERVED}
     metadata.update({"file": file, "unscored": unscored,
