@@ -64,8 +64,9 @@ def device_arg(value: str) -> str:
 # Help text of the engine flags, written for a command line (the EngineConfig docstring is
 # written for Python: None, ``markup``). A field missing here falls back to its docstring line.
 ENGINE_FLAG_HELP = {
-    "model": "the model: omitted = the embedded default decision model; SmolLM2-135M-Instruct (or base) = its "
-             "untrained base; a local directory (a noulengine train output too) or a .gguf file",
+    "model": "the model: omitted = the embedded default decision model; base = its untrained base; an embedded "
+             "base by name (SmolLM2-135M-Instruct, gemma-3-270m: installed from the package index); a local "
+             "directory (a noulengine train output too) or a .gguf file",
     "device": "cpu, cuda, cuda:N or mps (default: CUDA when available, else CPU)",
     "dtype": "compute dtype; auto = bfloat16 on CUDA, float32 on CPU; int8 = dynamic int8 linear layers on CPU (head in float32)",
     "readout": "how candidates are read: symbols (A, B, ... and 0, 1, ...), label-token, label-sequence; auto = "

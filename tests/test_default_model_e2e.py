@@ -103,9 +103,10 @@ def test_default_is_the_trained_decision_model_and_the_base_stays_reachable(defa
     t = json.loads((DEFAULT_ADAPTER_DIR / "training.json").read_text())
     assert default_engine.identity.name == t["name"] and default_engine.config.readout == t["readout"] == "auto"
     assert default_engine.calibration is not None  # temperatures fitted on validation-v1 calibration rows
-    from noulengine.models.loading import DEFAULT_ADAPTER_SHA256, DEFAULT_MODEL_SHA256
+    from noulengine.models.loading import DEFAULT_ADAPTER_SHA256, default_base
 
-    assert t["base_model"]["sha256"] == DEFAULT_MODEL_SHA256  # trained on the pinned base GGUF
+    assert t["base_model"]["sha256"] == default_base().sha256  # trained on the pinned base GGUF
+    assert t["base_model"]["spec"] == default_base().name  # named, so it loads on any machine
     assert sha256_file(DEFAULT_ADAPTER_DIR / "adapter_model.safetensors") == DEFAULT_ADAPTER_SHA256
     base = Engine.from_pretrained("SmolLM2-135M-Instruct")
     assert base.training is None and base.calibration is None and base.config.readout == "auto"

@@ -32,7 +32,17 @@ def test_install_refuses_another_base(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         train_default.main(["--steps", "install", "--model", "x.gguf", "--work", str(tmp_path)])
     assert exc.value.code == 2
-    assert "pinned to SmolLM2-135M-Instruct" in capsys.readouterr().err
+    assert "must be an embedded base" in capsys.readouterr().err
+    assert (REPO / "noulengine" / "models" / "loading.py").read_bytes() == before
+
+
+def test_install_refuses_a_model_whose_base_is_a_path(tmp_path):
+    """An adapter whose training.json names its base by a path would not load on another machine."""
+    before = (REPO / "noulengine" / "models" / "loading.py").read_bytes()
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "training.json").write_text(json.dumps({"base_model": {"spec": "/root/x.gguf"}}))
+    with pytest.raises(SystemExit, match="names base '/root/x.gguf', not an embedded base"):
+        train_default.main(["--steps", "install", "--model", "gemma-3-270m", "--work", str(tmp_path)])
     assert (REPO / "noulengine" / "models" / "loading.py").read_bytes() == before
 
 

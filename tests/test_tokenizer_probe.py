@@ -13,7 +13,8 @@ import shutil
 import pytest
 
 from noulengine.compile import Compiler, CompilerConfig
-from noulengine.models.loading import DEFAULT_TOKENIZER_PROBE_IDS, load_model
+from noulengine.models.embedded import GEMMA3_270M, SMOLLM2
+from noulengine.models.loading import load_model
 from noulengine.models.tokenizer_probe import PROBE_TEXT, check_probe, probe_ids
 from noulengine.records import TokenizerError
 
@@ -68,14 +69,18 @@ def test_default_tokenizer_reproduces_its_pin(default_dir):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(default_dir), local_files_only=True)
-    assert probe_ids(tok) == list(DEFAULT_TOKENIZER_PROBE_IDS)
-    check_probe(tok, list(DEFAULT_TOKENIZER_PROBE_IDS))
+    assert probe_ids(tok) == list(SMOLLM2.probe_ids)
+    check_probe(tok, list(SMOLLM2.probe_ids))
+
+
+def test_gemma_tokenizer_reproduces_its_pin(gemma_tokenizer):
+    assert probe_ids(gemma_tokenizer) == list(GEMMA3_270M.probe_ids)
 
 
 def test_probe_names_the_first_differing_position(broken_tokenizer):
     with pytest.raises(TokenizerError) as err:
-        check_probe(broken_tokenizer, list(DEFAULT_TOKENIZER_PROBE_IDS), where="for the test")
-    expected = list(DEFAULT_TOKENIZER_PROBE_IDS)
+        check_probe(broken_tokenizer, list(SMOLLM2.probe_ids), where="for the test")
+    expected = list(SMOLLM2.probe_ids)
     got = probe_ids(broken_tokenizer)
     at = next(i for i, (a, b) in enumerate(zip(got, expected)) if a != b)
     assert f"position {at}" in str(err.value) and str(expected[at]) in str(err.value)

@@ -334,5 +334,6 @@ def test_model_names():
     from noulengine.models.loading import DEFAULT_ADAPTER_DIR, default_model_spec, is_base_name
 
     assert is_base_name("SmolLM2-135M-Instruct") and is_base_name("base") and not is_base_name("runs/x")
+    assert is_base_name("gemma-3-270m") and is_base_name("smollm2") and not is_base_name("gemma")
     expected = str(DEFAULT_ADAPTER_DIR) if (DEFAULT_ADAPTER_DIR / "training.json").is_file() else "SmolLM2-135M-Instruct"
     assert default_model_spec() == expected

