@@ -127,23 +127,24 @@ def tiny_llama_dir(tiny_llama, tiny_tokenizer, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def default_model_dir():
-    """The embedded default base model's converted directory; skipped when not installed."""
+def smollm2_dir():
+    """SmolLM2-135M-Instruct's converted directory (an embedded base; the real BPE tokenizer the
+    tokenizer tests pin); skipped when not installed."""
     from noulengine.models.loading import ModelNotFoundError, resolve_model
 
     try:
-        directory, _ = resolve_model(None)
+        directory, _ = resolve_model("SmolLM2-135M-Instruct")
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))
     return directory
 
 
 @pytest.fixture(scope="session")
-def default_tokenizer(default_model_dir):
-    """The embedded default model's tokenizer (SmolLM2)."""
+def smollm2_tokenizer(smollm2_dir):
+    """SmolLM2-135M-Instruct's tokenizer."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(default_model_dir), local_files_only=True)
+    return AutoTokenizer.from_pretrained(str(smollm2_dir), local_files_only=True)
 
 
 @pytest.fixture(scope="session")
@@ -167,7 +168,7 @@ def gemma_tokenizer():
 
 @pytest.fixture(scope="session")
 def default_engine():
-    """The real embedded default model (SmolLM2-135M-Instruct); skipped when not installed."""
+    """The real embedded default decision model (base + committed adapter); skipped when not installed."""
     from noulengine.models.loading import ModelNotFoundError
 
     try:

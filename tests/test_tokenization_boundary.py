@@ -87,8 +87,8 @@ def test_tiny_tokenizer_packed_ids_equal_whole_prompt_ids(tiny_tokenizer, readou
 
 @pytest.mark.parametrize("debias", ["none", "permute"])
 @pytest.mark.parametrize("readout", READOUTS)
-def test_default_tokenizer_packed_ids_equal_whole_prompt_ids(default_tokenizer, readout, debias):
-    assert _check_whole_prompt_ids(default_tokenizer, readout, debias) > 0
+def test_smollm2_tokenizer_packed_ids_equal_whole_prompt_ids(smollm2_tokenizer, readout, debias):
+    assert _check_whole_prompt_ids(smollm2_tokenizer, readout, debias) > 0
 
 
 @pytest.mark.parametrize("debias", ["none", "permute"])
@@ -97,12 +97,12 @@ def test_gemma_tokenizer_packed_ids_equal_whole_prompt_ids(gemma_tokenizer, read
     assert _check_whole_prompt_ids(gemma_tokenizer, readout, debias) > 0
 
 
-def test_default_tokenizer_issue_example(default_tokenizer):
+def test_smollm2_tokenizer_issue_example(smollm2_tokenizer):
     """The issue's own request: the packed ids hold ``198, 198, 17872`` where segment-wise
     tokenization gave ``1116, 17872``."""
-    compiler = Compiler(default_tokenizer)
+    compiler = Compiler(smollm2_tokenizer)
     request = request_from_json({"state": "x", "questions": {"q": {"type": "noul", "instructions": "Is it?"}}})
     ids = compiler.compile(request).token_ids
-    question = default_tokenizer.convert_tokens_to_ids("Question")
+    question = smollm2_tokenizer.convert_tokens_to_ids("Question")
     at = ids.index(question)
     assert ids[at - 2:at] == [198, 198]

@@ -22,20 +22,15 @@ WEIGHT_AND_CONFIG = ("config.json", "generation_config.json", "model.safetensors
 
 
 @pytest.fixture(scope="module")
-def default_dir(default_model_dir):
-    return default_model_dir
-
-
-@pytest.fixture(scope="module")
-def broken_dir(default_dir, tmp_path_factory):
+def broken_dir(smollm2_dir, tmp_path_factory):
     """The default model's directory (weights linked, not copied) with "yes" split in two."""
     out = tmp_path_factory.mktemp("no-yes-merge")
     for name in WEIGHT_AND_CONFIG:
-        (out / name).symlink_to(default_dir / name)
+        (out / name).symlink_to(smollm2_dir / name)
     for name in ("tokenizer_config.json", "chat_template.jinja"):
-        if (default_dir / name).is_file():
-            shutil.copy(default_dir / name, out / name)
-    tok = json.loads((default_dir / "tokenizer.json").read_text(encoding="utf-8"))
+        if (smollm2_dir / name).is_file():
+            shutil.copy(smollm2_dir / name, out / name)
+    tok = json.loads((smollm2_dir / "tokenizer.json").read_text(encoding="utf-8"))
     merges = tok["model"]["merges"]
     tok["model"]["merges"] = [m for m in merges if m not in (["y", "es"], "y es")]
     assert len(tok["model"]["merges"]) == len(merges) - 1
@@ -65,10 +60,10 @@ def test_label_sequence_does_not_need_the_word(broken_tokenizer):
     Compiler(broken_tokenizer, CompilerConfig(readout="label-sequence"))  # reads label text, no single token
 
 
-def test_default_tokenizer_reproduces_its_pin(default_dir):
+def test_smollm2_tokenizer_reproduces_its_pin(smollm2_dir):
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(default_dir), local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(str(smollm2_dir), local_files_only=True)
     assert probe_ids(tok) == list(SMOLLM2.probe_ids)
     check_probe(tok, list(SMOLLM2.probe_ids))
 
@@ -94,11 +89,11 @@ def test_loading_refuses_a_tokenizer_off_the_pin(broken_dir):
         load_model(str(broken_dir))
 
 
-def test_training_json_probe_is_checked(broken_dir, tmp_path, default_dir):
+def test_training_json_probe_is_checked(broken_dir, tmp_path, smollm2_dir):
     """A trained model's recorded probe is checked on load, whatever its base."""
     from transformers import AutoTokenizer
 
-    good = AutoTokenizer.from_pretrained(str(default_dir), local_files_only=True)
+    good = AutoTokenizer.from_pretrained(str(smollm2_dir), local_files_only=True)
     model_dir = tmp_path / "trained"
     model_dir.mkdir()
     for name in ("config.json", "model.safetensors", "tokenizer_config.json"):

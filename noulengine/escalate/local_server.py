@@ -32,8 +32,8 @@ def free_port() -> int:
 @contextlib.contextmanager
 def llama_server(gguf: str | os.PathLike | None = None, *, port: int | None = None, threads: int = 1,
                  n_ctx: int = 4096, startup_timeout_s: float = 120.0):
-    """Run ``python -m llama_cpp.server`` on ``gguf`` (default: the embedded base model's GGUF,
-    SmolLM2-135M-Instruct Q4_1, with its own chat template) and yield its base URL
+    """Run ``python -m llama_cpp.server`` on ``gguf`` (default: the embedded
+    SmolLM2-135M-Instruct Q4_1 GGUF, with its own chat template) and yield its base URL
     (``http://127.0.0.1:PORT/v1``); the process is stopped on exit.
 
     Args:
@@ -50,9 +50,11 @@ def llama_server(gguf: str | os.PathLike | None = None, *, port: int | None = No
         raise LocalServerError("llama-cpp-python is not installed: bash scripts/setup.sh --llm "
                                "(or pip install 'noulengine[llm]'; it builds from source)")
     if gguf is None:
-        from noulengine.models.loading import default_model_path
+        # an instruction-tuned model with a chat template, whichever base the default decision
+        # model has (the Gemma 3 270M base, for one, has neither)
+        from noulengine.models.embedded import SMOLLM2
 
-        gguf = default_model_path()
+        gguf = SMOLLM2.gguf_path()
     port = port or free_port()
     log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False)
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
