@@ -64,3 +64,15 @@ def test_smollm2_by_name_is_the_pinned_file():
         pytest.skip(str(exc))
     assert identity.name == "SmolLM2-135M-Instruct" and identity.sha256 == SMOLLM2.sha256
     assert Path(identity.path).name == "SmolLM2-135M-Instruct.Q4_1.gguf" and (directory / "config.json").is_file()
+
+
+def test_base_alias_is_the_default_base_unless_a_folder_has_that_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(loading, "convert_gguf", lambda path: (tmp_path, loading.default_base().sha256))
+    monkeypatch.setattr(embedded.EmbeddedBase, "gguf_path", lambda self: tmp_path / f"{self.name}.gguf")
+    monkeypatch.chdir(tmp_path)
+    _, identity = resolve_model("base")
+    assert identity.name == loading.default_base().name
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "model.safetensors").write_bytes(b"x")
+    _, identity = resolve_model("base")
+    assert identity.path == "base" and identity.name == "base"  # the user's folder, not the alias

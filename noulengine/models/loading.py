@@ -123,8 +123,11 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> tuple[Path, ModelId
         ModelNotFoundError: the path does not exist (no hub look-ups are ever made), an embedded
             base is not installed, or its file has another sha256 than the pinned one.
     """
-    base = default_base() if name_or_path in (None, BASE_ALIAS) else (
-        embedded_base(name_or_path) if is_base_name(name_or_path) else None)
+    base = None
+    if name_or_path is None:
+        base = default_base()
+    elif is_base_name(name_or_path):  # never shadows an existing path of the same name
+        base = embedded_base(name_or_path) or default_base()  # "base": the default's base
     if base is not None:
         gguf = base.gguf_path()
         directory, digest = convert_gguf(gguf)
