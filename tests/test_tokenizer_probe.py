@@ -23,7 +23,7 @@ WEIGHT_AND_CONFIG = ("config.json", "generation_config.json", "model.safetensors
 
 @pytest.fixture(scope="module")
 def broken_dir(smollm2_dir, tmp_path_factory):
-    """The default model's directory (weights linked, not copied) with "yes" split in two."""
+    """SmolLM2's directory (weights linked, not copied) with "yes" split in two."""
     out = tmp_path_factory.mktemp("no-yes-merge")
     for name in WEIGHT_AND_CONFIG:
         (out / name).symlink_to(smollm2_dir / name)
