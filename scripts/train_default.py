@@ -80,6 +80,7 @@ TRAIN_ARGS = ["--method", "lora", "--lora-layers", "12", "--lora-r", "16", "--lo
               "--epochs", "1", "--batch-tokens", "2048", "--max-batch-size", "8", "--loss", "full",
               "--readout", "auto", "--seed", str(SEED), "--name", "noul-smollm2-135m-v2",
               "--flip-rate-rows", "200"]
+EMBEDDED_NAMES = ", ".join(b.name for b in EMBEDDED_BASES)  # what the install step accepts as a base
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "training.json", "calibration.json")
 
 
@@ -208,14 +209,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default=str(WORK), help="work folder (git-ignored)")
     ap.add_argument("--model", default=None, help="another base (anything `noulengine train --model` takes), for "
                     "comparisons such as scripts/compare_bases.py; with the install step it must be an embedded "
-                    "base's name (noulengine.models.embedded: " + ", ".join(b.name for b in EMBEDDED_BASES) + ")")
+                    f"base's name (noulengine.models.embedded: {EMBEDDED_NAMES})")
     ap.add_argument("--name", default=None, help="the trained model's name (default noul-smollm2-135m-v2)")
     args = ap.parse_args(argv)
     steps = args.steps.split(",")
     if args.model is not None and "install" in steps and embedded_base(args.model) is None:
         ap.error(f"--model {args.model!r} with the install step: the default decision model's base must be an "
                  "embedded base, installed from the package index and named in its training.json ("
-                 + ", ".join(b.name for b in EMBEDDED_BASES) + "); run --steps data,train,calibrate and load the "
+                 + EMBEDDED_NAMES + "); run --steps data,train,calibrate and load the "
                  "result with --model <work>/model")
     work = Path(args.work)
     data_dir = resolve_data_dir(args.source)
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = json.loads((model_dir / "training.json").read_text())["base_model"].get("spec")
         if embedded_base(spec) is None:  # what the loader's default_base() reads: a path would not travel
             raise SystemExit(f"install: {model_dir / 'training.json'} names base {spec!r}, not an embedded base "
-                             f"({', '.join(b.name for b in EMBEDDED_BASES)}); retrain with --model <that name>")
+                             f"({EMBEDDED_NAMES}); retrain with --model <that name>")
         DEFAULT_ADAPTER_DIR.mkdir(parents=True, exist_ok=True)
         for name in ADAPTER_FILES:
             shutil.copy2(model_dir / name, DEFAULT_ADAPTER_DIR / name)
