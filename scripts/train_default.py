@@ -58,8 +58,8 @@ from noulengine.eval.suites import get_suite, resolve_data_dir  # noqa: E402
 from noulengine.eval.suites.hashing import short_id, write_jsonl  # noqa: E402
 from noulengine.models.embedded import EMBEDDED_BASES, embedded_base  # noqa: E402
 from noulengine.models.loading import DEFAULT_ADAPTER_DIR, sha256_file  # noqa: E402
-from noulengine.train import procedural  # noqa: E402
-from noulengine.train.reworded import reword_safety, reword_topic  # noqa: E402
+from noulengine.train import procedural, scenarios  # noqa: E402
+from noulengine.train.reworded import frame_prompt, reword_safety, reword_topic  # noqa: E402
 
 WORK = REPO / "runs" / "train-default"
 SEED = 20261201
@@ -75,6 +75,20 @@ SELECTION = {"agnews": 200, "wildjailbreak": 100, "procedural": 130}
 # Procedural calibration rows (another seed): every question type and option count gets a
 # temperature fitted on varied rows, not only on the two topic suites' choice questions.
 CALIBRATION_PROCEDURAL = 300
+# Data mixes. "v2" is the installed default's (its training.json pins the train.jsonl it makes).
+# "v3" adds the workflow scenarios (noulengine.train.scenarios: agent traces, invoices, security
+# alerts, support threads, tool catalogues) and WildJailbreak prompts in jailbreak framings
+# (benign ones stay benign: noulengine.train.reworded.frame_prompt), and trains on a prefix of the
+# same procedural stream (so procedural-v1's exclusion still holds) to stay within the CPU budget.
+# v3's extra rows are drawn with their own seeds, so the v2 mix stays byte-identical.
+MIXES = {
+    "v2": {"name": "noul-smollm2-135m-v2", "procedural": PROCEDURAL_ROWS, "scenarios": 0, "framed": {},
+           "scenario_selection": 0, "scenario_calibration": 0},
+    "v3": {"name": "noul-smollm2-135m-v3", "procedural": 1300, "scenarios": 600,
+           "framed": {"benign": 120, "vanilla_harmful": 60}, "scenario_selection": 50, "scenario_calibration": 100},
+}
+SCENARIO_SEED = SEED + 10  # train; +1 selection, +2 calibration
+FRAMED_SEED = SEED + 20
 TRAIN_ARGS = ["--method", "lora", "--lora-layers", "12", "--lora-r", "16", "--lora-alpha", "32", "--lr", "1e-3",
               "--permute-share", "1.0", "--soft-targets", "true",
               "--epochs", "1", "--batch-tokens", "2048", "--max-batch-size", "8", "--loss", "full",
@@ -98,8 +112,10 @@ def _validation_rows(name: str, role: str) -> list[dict]:
         return [r for r in (json.loads(line) for line in fh if line.strip()) if r["validation_role"] == role]
 
 
-def build_data(data_dir: Path, out: Path) -> dict:
-    """Write ``train.jsonl`` and ``selection.jsonl``; returns their hashes and counts."""
+def build_data(data_dir: Path, out: Path, mix: str = "v2") -> dict:
+    """Write ``train.jsonl``, ``selection.jsonl`` and ``calibration_procedural.jsonl`` for the data
+    mix ``mix`` (a key of :data:`MIXES`); returns their hashes and counts."""
+    plan = MIXES[mix]
     if not (mv.DEFAULT_OUT / "agnews.jsonl").is_file():
         mv.main([])  # validation-v1 first: its rows are excluded from training
     mv.verify()
@@ -140,6 +156,7 @@ def build_data(data_dir: Path, out: Path) -> dict:
         if rid not in held_out and mv.normalize(rec["instruction"]) not in wj_test:
             by_kind[kind].append((int(rec["wildjailbreak_row_index"]), rid, rec["instruction"], label))
     seen = set()
+    unused: dict[str, list] = {}
     for kind in by_kind:
         cands = []
         for idx, rid, prompt, label in sorted(by_kind[kind]):
@@ -148,10 +165,20 @@ def build_data(data_dir: Path, out: Path) -> dict:
                 seen.add(key)
                 cands.append((rid, prompt, label))
         n_suite, n_reworded = WJB["suite"][kind], WJB["reworded"][kind]
-        for j, (rid, prompt, label) in enumerate(rng.sample(cands, n_suite + n_reworded)):
+        picked = rng.sample(cands, n_suite + n_reworded)
+        for j, (rid, prompt, label) in enumerate(picked):
             rows.append(wj.make_record(rid, prompt, label) if j < n_suite else reword_safety(rng, rid, prompt, label))
         counts[f"wildjailbreak_{kind}_suite"] = n_suite
         counts[f"wildjailbreak_{kind}_reworded"] = n_reworded
+        used = {rid for rid, _, _ in picked}
+        unused[kind] = [c for c in cands if c[0] not in used]
+    frng = random.Random(FRAMED_SEED)  # its own stream: the mixes without framed rows stay identical
+    for kind, n in plan["framed"].items():
+        for j, (rid, prompt, label) in enumerate(frng.sample(unused[kind], n)):
+            fid = short_id(f"wildjailbreak_train:framed:{rid}")
+            framed = frame_prompt(frng, prompt)
+            rows.append(wj.make_record(fid, framed, label) if j % 2 == 0 else reword_safety(frng, fid, framed, label))
+        counts[f"wildjailbreak_{kind}_framed"] = n
 
     # Procedural states are short and can repeat a procedural-v1 state by chance (a bag of 3 red
     # and 4 blue tokens): such rows are dropped here, as AG News test texts are above, so the
@@ -161,10 +188,17 @@ def build_data(data_dir: Path, out: Path) -> dict:
     index = build_evaluation_index()
     proc = [r for r in procedural.generate(PROCEDURAL_ROWS, seed=PROCEDURAL_SEED)
             if index.overlap(r["id"], r["state"]) is None]
+    counts["procedural_dropped_as_overlapping_an_evaluation_suite"] = PROCEDURAL_ROWS - len(proc)
+    proc = proc[:plan["procedural"]]  # a prefix of the stream procedural-v1 excludes
     rows += proc
     counts["procedural"] = len(proc)
-    counts["procedural_dropped_as_overlapping_an_evaluation_suite"] = PROCEDURAL_ROWS - len(proc)
     counts["procedural_questions"] = sum(len(r["questions"]) for r in proc)
+    if plan["scenarios"]:
+        scen = [r for r in scenarios.generate(plan["scenarios"], seed=SCENARIO_SEED)
+                if index.overlap(r["id"], r["state"]) is None]
+        rows += scen
+        counts["scenarios"] = len(scen)
+        counts["scenario_questions"] = sum(len(r["questions"]) for r in scen)
     rng.shuffle(rows)
     out.mkdir(parents=True, exist_ok=True)
     files = {"train": write_jsonl(out / "train.jsonl", rows)}
@@ -174,6 +208,9 @@ def build_data(data_dir: Path, out: Path) -> dict:
     for rec in procedural.generate(SELECTION["procedural"], seed=SEED + 1):
         rec["validation_role"] = "selection"
         selection.append(rec)
+    for rec in scenarios.generate(plan["scenario_selection"], seed=SCENARIO_SEED + 1):
+        rec["validation_role"] = "selection"
+        selection.append(rec)
     files["selection"] = write_jsonl(out / "selection.jsonl", selection)
     calibration = []
     for rec in procedural.generate(CALIBRATION_PROCEDURAL, seed=SEED + 2):
@@ -181,10 +218,15 @@ def build_data(data_dir: Path, out: Path) -> dict:
             continue  # calibration rows never repeat an evaluation state either
         rec["validation_role"] = "calibration"
         calibration.append(rec)
+    for rec in scenarios.generate(plan["scenario_calibration"], seed=SCENARIO_SEED + 2):
+        if index.overlap(rec["id"], rec["state"]) is None:
+            rec["validation_role"] = "calibration"
+            calibration.append(rec)
     files["calibration_procedural"] = write_jsonl(out / "calibration_procedural.jsonl", calibration)
     info = {k: {"path": str(p), "sha256": sha256_file(p), "rows": sum(1 for _ in p.open())}
             for k, p in files.items()}
     info["train"]["sources"] = counts
+    info["mix"] = mix
     (out / "data.json").write_text(json.dumps(info, indent=1) + "\n")
     return info
 
@@ -210,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="another base (anything `noulengine train --model` takes), for "
                     "comparisons such as scripts/compare_bases.py; with the install step it must be an embedded "
                     f"base's name (noulengine.models.embedded: {EMBEDDED_NAMES})")
-    ap.add_argument("--name", default=None, help="the trained model's name (default noul-smollm2-135m-v2)")
+    ap.add_argument("--mix", default="v2", choices=sorted(MIXES), help="the data mix (MIXES; default v2, the "
+                    "installed default's)")
+    ap.add_argument("--name", default=None, help="the trained model's name (default: the mix's, e.g. noul-smollm2-135m-v2)")
     args = ap.parse_args(argv)
     steps = args.steps.split(",")
     if args.model is not None and "install" in steps and embedded_base(args.model) is None:
@@ -226,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     times = {}
     t0 = time.perf_counter()
     if "data" in steps:
-        info = build_data(data_dir, work / "data")
+        info = build_data(data_dir, work / "data", args.mix)
         print(json.dumps(info, indent=1))
         installed = DEFAULT_ADAPTER_DIR / "training.json"
         if installed.is_file():  # reproducibility: the committed adapter names the data it was trained on
@@ -240,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         if model_dir.exists():
             shutil.rmtree(model_dir)
         run([py, "-m", "noulengine", "train", "--data", str(work / "data" / "train.jsonl"), "--output", str(model_dir),
-             "--selection", str(work / "data" / "selection.jsonl"), *train_args(args.model, args.name)])
+             "--selection", str(work / "data" / "selection.jsonl"), *train_args(args.model, args.name or MIXES[args.mix]["name"])])
         times["train_s"] = round(time.perf_counter() - t, 1)
     if "calibrate" in steps:
         t = time.perf_counter()

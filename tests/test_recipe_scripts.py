@@ -85,3 +85,26 @@ def test_report_reads_training_and_probe_metrics(tmp_path):
     assert "| GEMMA3 | 1,000 | 112 |" in text and "| 64.4% |" in text and "| 0.052 |" in text
     assert "| procedural | 519 | 36.9% | 49.7% | - | 51.4% / 0.247 |" in text
     assert json.loads((tmp_path / "comparison.json").read_text())["smollm2"]["flip_rate"] == 0.243
+
+
+def test_data_mixes_rebuild_the_installed_data_and_v3_adds_its_rows(tmp_path):
+    """The installed default's mix rebuilds byte for byte the train.jsonl its training.json pins
+    (adding the v3 mix changed none of it); v3 adds workflow scenarios and framed prompts."""
+    from noulengine.eval.suites import resolve_data_dir
+    from noulengine.models.loading import DEFAULT_ADAPTER_DIR
+
+    data_dir = resolve_data_dir(None)
+    if data_dir is None:
+        pytest.skip("no raw data root (../shared/data or $NOULENGINE_DATA)")
+    installed = json.loads((DEFAULT_ADAPTER_DIR / "training.json").read_text())
+    mix = next(k for k, v in train_default.MIXES.items() if v["name"] == installed["name"])
+    built = train_default.build_data(data_dir, tmp_path / mix, mix)
+    assert built["train"]["sha256"] == installed["data"]["train"]["sha256"]
+    assert built["selection"]["sha256"] == installed["data"]["selection"]["sha256"]
+    v3 = train_default.build_data(data_dir, tmp_path / "v3", "v3")
+    src = v3["train"]["sources"]
+    assert (src["scenarios"], src["wildjailbreak_benign_framed"], src["wildjailbreak_vanilla_harmful_framed"],
+            src["procedural"]) == (600, 120, 60, 1300)
+    rows = [json.loads(x) for x in (tmp_path / "v3" / "train.jsonl").read_text().splitlines()]
+    assert len({r["id"] for r in rows}) == len(rows) == v3["train"]["rows"]
+    assert sum(str(r.get("category", "")).startswith("scenario:") for r in rows) == 600

@@ -533,14 +533,17 @@ TASKS: dict[str, Callable] = {
 }
 
 
-def make_record(rng: random.Random, rid: str, task: str, level: int, *, max_questions: int = 4) -> dict:
+def make_record(rng: random.Random, rid: str, task: str, level: int, *, max_questions: int = 4,
+                tasks: dict[str, Callable] | None = None) -> dict:
     """One record of ``task`` at ``level``: a state and 1-``max_questions`` typed questions, each
     with a rule-computed target. Metadata (``task``, ``level``) never reaches the model.
+    ``tasks`` is the generator table (default :data:`TASKS`; :mod:`noulengine.train.scenarios`
+    passes its own).
 
     Raises:
         KeyError: unknown task.
     """
-    state, makers = TASKS[task](rng, level)
+    state, makers = (TASKS if tasks is None else tasks)[task](rng, level)
     rng.shuffle(makers)
     want = rng.randint(min(2, len(makers)), min(max_questions, len(makers)))
     questions, targets = {}, {}
