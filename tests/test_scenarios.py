@@ -158,3 +158,17 @@ def test_jailbreak_framing_keeps_the_request_verbatim():
     framed = {reworded.frame_prompt(rng, prompt) for _ in range(200)}
     assert len(framed) == len(reworded.JAILBREAK_FRAMES)
     assert all(prompt.strip() in f and f != prompt.strip() for f in framed)
+
+
+def test_same_records_under_any_hash_seed():
+    """Nothing depends on set or dict-of-str iteration order: the records are the same under two
+    PYTHONHASHSEED values (a set's order once decided which distractor tool a question named)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = "import json; from noulengine.train import scenarios; print(json.dumps(scenarios.generate(200, seed=5)))"
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": h}).stdout for h in ("1", "2")}
+    assert len(outs) == 1 and json.loads(outs.pop()) == S.generate(200, seed=5)

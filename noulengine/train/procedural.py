@@ -567,16 +567,31 @@ def generate(n: int, seed: int = 0, *, tasks: tuple[str, ...] | None = None, lev
     Raises:
         KeyError: an unknown task name.
     """
-    tasks = tuple(tasks or TASKS)
+    return generate_from(TASKS, n, seed, tasks=tasks, levels=levels, id_prefix="proc", what="procedural task")
+
+
+def generate_from(table: dict[str, Callable], n: int, seed: int, *, tasks: tuple[str, ...] | None,
+                  levels: tuple[int, ...], id_prefix: str, what: str, max_questions: int = 4,
+                  category: str = "procedural") -> list[dict]:
+    """``n`` records of the generators in ``table`` (kinds and levels cycled evenly, one
+    ``random.Random(seed)``, ids ``<id_prefix>-<seed>-<i>``, ``category`` ``<category>:<kind>``);
+    a record left without questions is skipped. Shared by :func:`generate` and
+    :func:`noulengine.train.scenarios.generate`.
+
+    Raises:
+        KeyError: a kind not in ``table`` (the message names ``what``).
+    """
+    tasks = tuple(tasks or table)
     for t in tasks:
-        if t not in TASKS:
-            raise KeyError(f"unknown procedural task {t!r}; known: {sorted(TASKS)}")
+        if t not in table:
+            raise KeyError(f"unknown {what} {t!r}; known: {sorted(table)}")
     rng = random.Random(seed)
     out = []
     for i in range(n):
         task = tasks[i % len(tasks)]
         level = levels[(i // len(tasks)) % len(levels)]
-        rec = make_record(rng, f"proc-{seed}-{i}", task, level)
+        rec = make_record(rng, f"{id_prefix}-{seed}-{i}", task, level, max_questions=max_questions, tasks=table)
         if rec["questions"]:
+            rec["category"] = f"{category}:{task}"
             out.append(rec)
     return out

@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from noulengine.train.procedural import LEVELS, _choice, _noul, _score, label_style, make_record, opaque_names
+from noulengine.train.procedural import LEVELS, _choice, _noul, _score, generate_from, label_style, opaque_names
 
 URGENCY = (("No time pressure; can wait indefinitely.", "Routine; handle within the normal queue.",
             "Elevated; should be handled within the same week.", "Critical; requires action within the same day."),
@@ -491,7 +491,7 @@ def _tool_routing(rng, level):
                                     "Which tool answers this request?", "Route the request to one tool.")),
                         {n: d for _, _, n, d in catalogue}, gold_name),
         lambda: _noul(f"The tool '{gold_name}' can serve this request.", True, rng),
-        lambda: _noul(f"The tool '{rng.choice([n for n in seen if n != gold_name])}' is the right one for this request.", False, rng),
+        lambda: _noul(f"The tool '{rng.choice([n for _, _, n, _ in catalogue if n != gold_name])}' is the right one for this request.", False, rng),
     ]
 
 
@@ -508,16 +508,5 @@ def generate(n: int, seed: int = 0, *, kinds: tuple[str, ...] | None = None, lev
     Raises:
         KeyError: an unknown kind.
     """
-    kinds = tuple(kinds or SCENARIOS)
-    for k in kinds:
-        if k not in SCENARIOS:
-            raise KeyError(f"unknown scenario kind {k!r}; known: {sorted(SCENARIOS)}")
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        kind = kinds[i % len(kinds)]
-        level = levels[(i // len(kinds)) % len(levels)]
-        rec = make_record(rng, f"scen-{seed}-{i}", kind, level, max_questions=5, tasks=SCENARIOS)
-        rec["category"] = f"scenario:{kind}"
-        out.append(rec)
-    return out
+    return generate_from(SCENARIOS, n, seed, tasks=kinds, levels=levels, id_prefix="scen", what="scenario kind",
+                         max_questions=5, category="scenario")
