@@ -33,6 +33,8 @@ Usage::
 
     python scripts/train_default.py                    # all steps (CPU: see docs/training.md)
     python scripts/train_default.py --steps data       # only rebuild and hash the data
+    python scripts/train_default.py --steps data,train,calibrate --mix v3 --work runs/train-v3
+                                                       # another data mix (MIXES), not installed
 """
 
 from __future__ import annotations
