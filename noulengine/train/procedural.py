@@ -534,11 +534,11 @@ TASKS: dict[str, Callable] = {
 
 
 def make_record(rng: random.Random, rid: str, task: str, level: int, *, max_questions: int = 4,
-                tasks: dict[str, Callable] | None = None) -> dict:
+                tasks: dict[str, Callable] | None = None, category: str = "procedural") -> dict:
     """One record of ``task`` at ``level``: a state and 1-``max_questions`` typed questions, each
     with a rule-computed target. Metadata (``task``, ``level``) never reaches the model.
     ``tasks`` is the generator table (default :data:`TASKS`; :mod:`noulengine.train.scenarios`
-    passes its own).
+    passes its own, with its ``category`` prefix).
 
     Raises:
         KeyError: unknown task.
@@ -557,7 +557,7 @@ def make_record(rng: random.Random, rid: str, task: str, level: int, *, max_ques
         field = f"q{len(questions) + 1}"
         questions[field] = q
         targets[field] = target
-    return {"id": rid, "state": state, "questions": questions, "targets": targets, "category": f"procedural:{task}",
+    return {"id": rid, "state": state, "questions": questions, "targets": targets, "category": f"{category}:{task}",
             "task": task, "level": level}
 
 
@@ -590,8 +590,8 @@ def generate_from(table: dict[str, Callable], n: int, seed: int, *, tasks: tuple
     for i in range(n):
         task = tasks[i % len(tasks)]
         level = levels[(i // len(tasks)) % len(levels)]
-        rec = make_record(rng, f"{id_prefix}-{seed}-{i}", task, level, max_questions=max_questions, tasks=table)
+        rec = make_record(rng, f"{id_prefix}-{seed}-{i}", task, level, max_questions=max_questions, tasks=table,
+                          category=category)
         if rec["questions"]:
-            rec["category"] = f"{category}:{task}"
             out.append(rec)
     return out
