@@ -21,9 +21,9 @@ def _engine_config_cls():
 
 def _engine_choices() -> dict[str, tuple[str, ...]]:
     """Valid values of the enumerated engine flags, checked by argparse before any model loads."""
-    from noulengine.engine.config import DEBIAS_CHOICES, DTYPE_CHOICES, READOUT_CHOICES
+    from noulengine.engine.config import DEBIAS_CHOICES, DTYPE_CHOICES, LAYOUT_CHOICES, READOUT_CHOICES
 
-    return {"readout": ("auto",) + READOUT_CHOICES, "debias": DEBIAS_CHOICES, "dtype": ("auto",) + DTYPE_CHOICES,
+    return {"layout": ("auto",) + LAYOUT_CHOICES, "readout": ("auto",) + READOUT_CHOICES, "debias": DEBIAS_CHOICES, "dtype": ("auto",) + DTYPE_CHOICES,
             "attn_implementation": ("sdpa", "eager")}
 
 
@@ -81,6 +81,9 @@ ENGINE_FLAG_HELP = {
     "symbols_fallback": "with --readout symbols, read questions with more options than symbols by label-sequence; "
                         "auto = only for a trained model read with its own readout",
     "attn_implementation": "attention kernel",
+    "layout": "prompt layout: state-first (state, then each question) or schema-first (the questions first, then "
+              "the state: requests asking the same questions share that prefix in the prefix cache); auto = the "
+              "layout a trained model was trained with, else state-first",
 }
 
 

@@ -233,12 +233,13 @@ def build_data(data_dir: Path, out: Path, mix: str = "v2") -> dict:
     return info
 
 
-def train_args(model: str | None = None, name: str | None = None) -> list[str]:
-    """The recipe's ``noulengine train`` flags, optionally with another base model and name."""
+def train_args(model: str | None = None, name: str | None = None, layout: str | None = None) -> list[str]:
+    """The recipe's ``noulengine train`` flags, optionally with another base model, name and prompt
+    layout (``state-first``, the trainer's default, or ``schema-first``)."""
     args = list(TRAIN_ARGS)
     if name is not None:
         args[args.index("--name") + 1] = name
-    return args + (["--model", model] if model is not None else [])
+    return args + (["--model", model] if model is not None else []) + (["--layout", layout] if layout else [])
 
 
 def run(cmd: list[str]) -> None:
@@ -257,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mix", default="v2", choices=sorted(MIXES), help="the data mix (MIXES; default v2, the "
                     "installed default's)")
     ap.add_argument("--name", default=None, help="the trained model's name (default: the mix's, e.g. noul-smollm2-135m-v2)")
+    ap.add_argument("--layout", default=None, choices=["state-first", "schema-first"],
+                    help="the prompt layout trained (and then served: it is recorded in training.json); default "
+                    "state-first, the trainer's")
     args = ap.parse_args(argv)
     steps = args.steps.split(",")
     if args.model is not None and "install" in steps and embedded_base(args.model) is None:
@@ -286,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         if model_dir.exists():
             shutil.rmtree(model_dir)
         run([py, "-m", "noulengine", "train", "--data", str(work / "data" / "train.jsonl"), "--output", str(model_dir),
-             "--selection", str(work / "data" / "selection.jsonl"), *train_args(args.model, args.name or MIXES[args.mix]["name"])])
+             "--selection", str(work / "data" / "selection.jsonl"), *train_args(args.model, args.name or MIXES[args.mix]["name"], args.layout)])
         times["train_s"] = round(time.perf_counter() - t, 1)
     if "calibrate" in steps:
         t = time.perf_counter()

@@ -98,9 +98,9 @@ def test_short_tree_requests_keep_the_tree_path_unless_their_prefix_is_stored(ti
     seen = []
     real = engine_module.prefix_cached_hidden_batch
     monkeypatch.setattr(engine_module, "prefix_cached_hidden_batch",
-                        lambda runner, compiled, indices, store=None: (seen.extend(compiled[i].input_tokens
-                                                                                   for i in indices),
-                                                                       real(runner, compiled, indices, store))[1])
+                        lambda runner, compiled, indices, store=None, static=0: (
+                            seen.extend(compiled[i].input_tokens for i in indices),
+                            real(runner, compiled, indices, store, static=static))[1])
     engine = Engine.from_model(tiny_llama, tiny_tokenizer, prefix_cache_min_tokens=200)
     short, long = three_question_request(state="Short."), three_question_request(state="many words here " * 60)
     assert engine.compile(short).input_tokens < 200 <= engine.compile(long).input_tokens

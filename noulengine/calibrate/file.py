@@ -4,12 +4,13 @@ A calibration file is one JSON object (written by ``noulengine calibrate``)::
 
     {"format": "noulengine-calibration", "version": 1,
      "model": {"name", "path", "sha256"} | null,     # Engine.identity.to_dict(); null for unidentified models
-     "readout": "auto", "debias": "none",
+     "readout": "auto", "debias": "none", "layout": "state-first", "prompt_version": "...",
      "group_by": "global" | "type" | "type+options", "min_rows": 50,
      "groups": {key: {"temperature", "source", "n_rows", "fallback", "fit"}},   # GroupFit.to_dict()
      "rows": {...}, "metrics": {...}, "warnings": [...], "selection_nll_worse": bool}
 
-Only ``format``, ``version``, ``model``, ``readout``, ``debias``, ``group_by`` and ``groups`` are
+Only ``format``, ``version``, ``model``, ``readout``, ``debias``, ``layout`` (absent in files
+written before prompt layouts existed: ``state-first``), ``group_by`` and ``groups`` are
 needed to apply it; the rest documents how it was made. Temperatures follow Guo et al. 2017:
 ``p = softmax(z / T)`` with ``T`` looked up per question group, walking up
 ``"choice+4" -> "choice" -> "global"`` for groups that had no fit of their own.
@@ -54,6 +55,7 @@ class Calibration:
         group_by: how questions map to groups (see :func:`group_key`).
         model: the model identity dict the file was fitted for, or None.
         readout, debias: the engine settings the temperatures were fitted under.
+        layout: the prompt layout they were fitted under (``state-first`` or ``schema-first``).
         data: the whole file content (for :meth:`to_dict`).
         path: where it was read from, or None.
     """
@@ -65,6 +67,7 @@ class Calibration:
     debias: str
     data: dict = field(default_factory=dict)
     path: str | None = None
+    layout: str = "state-first"
 
     def temperature_for(self, qtype: str, num_candidates: int) -> float:
         """The temperature for a question of type ``qtype`` with ``num_candidates`` candidates.
@@ -105,6 +108,9 @@ def parse_calibration(data, *, path="<dict>") -> Calibration:
     for key in ("readout", "debias"):
         if not isinstance(data.get(key), str):
             raise _fail(path, f"'{key}' must be a string, got {data.get(key)!r}")
+    layout = data.get("layout", "state-first")
+    if layout not in ("state-first", "schema-first"):
+        raise _fail(path, f"'layout' must be 'state-first' or 'schema-first', got {layout!r}")
     group_by = data.get("group_by")
     if group_by not in GROUP_MODES:
         raise _fail(path, f"'group_by' must be one of {list(GROUP_MODES)}, got {group_by!r}")
@@ -118,11 +124,11 @@ def parse_calibration(data, *, path="<dict>") -> Calibration:
             raise _fail(path, f"group {key!r}: 'temperature' must be a finite positive number, got {t!r}")
         temps[key] = float(t)
     return Calibration(temperatures=temps, group_by=group_by, model=model, readout=data["readout"],
-                       debias=data["debias"], data=data, path=None if path == "<dict>" else str(path))
+                       debias=data["debias"], data=data, path=None if path == "<dict>" else str(path), layout=layout)
 
 
 def check_engine(cal: Calibration, engine, *, path="<dict>") -> None:
-    """Refuse a calibration made for another model, readout or debias mode than ``engine``'s.
+    """Refuse a calibration made for another model, readout, debias mode or prompt layout than ``engine``'s.
 
     Model check: the file's ``model.sha256`` must equal ``engine.identity.sha256``. A file that
     records no model (``null``, made with an unidentified model such as a test fixture) is accepted
@@ -142,7 +148,9 @@ def check_engine(cal: Calibration, engine, *, path="<dict>") -> None:
                           f"{'an unidentified model' if mine is None else repr(mine.get('name'))} (sha256 {have}); "
                           "temperatures do not transfer between models: re-run noulengine calibrate")
     config = engine.config
-    for key in ("readout", "debias"):
+    for key in ("readout", "debias", "layout"):
+        if key == "layout" and getattr(config, "layout", None) is None:
+            continue  # a caller that does not know its layout (an older API user): not checked
         if getattr(config, key) != getattr(cal, key):
             raise _fail(path, f"made with {key} {getattr(cal, key)!r}, but the engine uses {key} "
                               f"{getattr(config, key)!r}; the logits differ, so the temperatures do not apply: "

@@ -101,6 +101,7 @@ def run_calibration(engine, vset: ValidationSet, *, group_by: str = "type+option
         "format": FORMAT, "version": VERSION,
         "model": identity.to_dict() if identity is not None else None,
         "readout": engine.config.readout, "debias": engine.config.debias,
+        "layout": engine.compiler.layout, "prompt_version": engine.compiler.prompt_version,
         "group_by": group_by, "min_rows": min_rows, "bounds": list(bounds),
         "groups": {g: gf.to_dict() for g, gf in sorted(fits.items())},
         "validation_files": list(vset.files),

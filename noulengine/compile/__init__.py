@@ -2,8 +2,8 @@
 
 from noulengine.compile.compiler import DEBIAS_MODES, Compiler, CompilerConfig
 from noulengine.compile.layout import READOUT_MODES, CompiledRequest, QuestionPlan
-from noulengine.compile.render import PROMPT_VERSION
+from noulengine.compile.render import LAYOUTS, PROMPT_VERSION, prompt_version
 from noulengine.compile.symbols import SYMBOLS
 
-__all__ = ["Compiler", "CompilerConfig", "CompiledRequest", "DEBIAS_MODES", "PROMPT_VERSION", "QuestionPlan",
-           "READOUT_MODES", "SYMBOLS"]
+__all__ = ["Compiler", "CompilerConfig", "CompiledRequest", "DEBIAS_MODES", "LAYOUTS", "PROMPT_VERSION", "QuestionPlan",
+           "READOUT_MODES", "SYMBOLS", "prompt_version"]

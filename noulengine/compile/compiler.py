@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 from noulengine.compile.layout import (READOUT_MODES, CompiledRequest, QuestionPlan, SequenceBuilder,
                                        common_prefix_length)
-from noulengine.compile.render import (PROMPT_VERSION, candidate_texts, reads_level_texts, render_question,
+from noulengine.compile.render import (DEFAULT_LAYOUT, candidate_texts, check_layout, prompt_version,
+                                       reads_level_texts, render_cue, render_evidence, render_question, render_schema,
                                        render_state)
 from noulengine.compile.symbols import DIGITS, NOUL_CASED, NOUL_WORDS, SYMBOLS, single_token_in_context
 from noulengine.compile.template import PromptFrame, TextTokenizer, build_frame
@@ -56,6 +57,10 @@ class CompilerConfig:
             there are symbols (62 for choice, 10 for score) with ``label-sequence`` instead of
             refusing it (set for symbol-trained models read with their own readout, so they
             still accept 2..255 options).
+        layout: the prompt layout (:data:`noulengine.compile.render.LAYOUTS`): ``state-first``
+            (``HEAD + state + question + TAIL``) or ``schema-first`` (``HEAD + questions + state +
+            cue + TAIL``: the questions a workload repeats form a token prefix shared across
+            requests). Part of the prompt version.
     """
 
     readout: str = "auto"
@@ -64,8 +69,10 @@ class CompilerConfig:
     max_packed_tokens: int = 32768
     use_chat_template: bool | None = None
     symbols_fallback: bool = False
+    layout: str = DEFAULT_LAYOUT
 
     def __post_init__(self):
+        check_layout(self.layout)
         if self.readout not in ("auto",) + READOUT_MODES:
             raise ValueError(f"readout must be 'auto' or one of {list(READOUT_MODES)}, got {self.readout!r}")
         if self.debias not in DEBIAS_MODES:
@@ -116,6 +123,18 @@ class Compiler:
         self._branch_cache: dict = {}
         self._label_cache: dict[str, tuple[int, ...]] = {}
         self._frame_head: tuple[int, ...] | None = None
+        self._static_cache: dict[str, tuple[int, ...]] = {}
+
+    @property
+    def layout(self) -> str:
+        """The prompt layout this compiler writes (``state-first`` or ``schema-first``)."""
+        return self.config.layout
+
+    @property
+    def prompt_version(self) -> str:
+        """The prompt version of this compiler's wording and layout (recorded in run metadata,
+        ``training.json`` and calibration files)."""
+        return prompt_version(self.config.layout)
 
     # -- symbols ----------------------------------------------------------------------------
     def require_symbols(self, symbols, *, readout: str = "symbols") -> list[int]:
@@ -257,14 +276,24 @@ class Compiler:
                     f"({len(request.images)} given); use a vision-language model or remove the images")
             vision = self.vision.encode(request.images, record_id=rid)
         branch_texts = [self._question_text(q, mode, r) for q, mode, rotations in views for r in rotations]
+        if self.config.layout == "schema-first":
+            static_text = render_schema([q for q, _, _ in views], [mode for _, mode, _ in views])
+            state_text = render_evidence(request.state)
+        else:
+            static_text = ""
         prefix_ids, branches = self._tokenize_tree(state_text, branch_texts,
-                                                   vision.image_ids if vision is not None else None)
+                                                   vision.image_ids if vision is not None else None,
+                                                   static_text=static_text)
         root = b.add(prefix_ids, -1)
         it = iter(branches)
         plans = [self._compile_question(b, root, q, mode, rotations, [next(it) for _ in rotations])
                  for q, mode, rotations in views]
         compiled = CompiledRequest(b.token_ids, b.position_ids, b.segment_ids, b.parents, plans, request_id=rid,
                                    vision=vision)
+        if vision is None:
+            # image placeholders are the same ids whatever the pixels: no token-keyed cache may hold them
+            compiled.static_tokens = common_prefix_length(prefix_ids, self.static_prefix_ids(static_text),
+                                                          len(prefix_ids))
         cfg = self.config
         if compiled.max_position > cfg.max_positions:
             raise OverlengthError(f"{where}the request needs {compiled.max_position} positions "
@@ -278,6 +307,33 @@ class Compiler:
     # States that differ from the first character on, with different first characters, so the
     # tokens they share are the frame's own, whatever the tokenizer merges at the state boundary.
     _HEAD_PROBE_STATES = ({"a": 1}, "z", [0], 7, " x", "\n\n", "\u00e9")
+    _HEAD_PROBE_FIELDS = ("probe", "zeta", "q", "x1", "Alpha", "_n", "\u00e9t")
+
+    def static_prefix_ids(self, static_text: str) -> tuple[int, ...]:
+        """The tokens every text request with this layout's static text starts with, whatever its
+        state: the chat-template head, and in the schema-first layout the questions (``static_text``,
+        from :func:`~noulengine.compile.render.render_schema`) and the fixed text before the state.
+
+        Computed once per static text as the longest common token prefix of prompts on the
+        probe states (first characters that differ), so a tokenizer merge across the
+        schema/state boundary never puts a state-dependent token in it. A request's own
+        :attr:`CompiledRequest.static_tokens` is its common prefix with these ids (what the
+        engine's prefix store may prefill once and share across requests).
+        """
+        ids = self._static_cache.get(static_text)
+        if ids is None:
+            f = self.frame
+            render = render_evidence if self.config.layout == "schema-first" else render_state
+            chunks = [f.head_join + static_text + render(s) + "x" + f.tail_join for s in self._HEAD_PROBE_STATES]
+            runs = [f.head_fixed_ids + r for r in self.tok.encode_user_batch(chunks)]
+            n = min(len(r) for r in runs)
+            for r in runs[1:]:
+                n = common_prefix_length(runs[0], r, n)
+            ids = tuple(runs[0][:n])
+            if len(self._static_cache) > 1024:
+                self._static_cache.clear()
+            self._static_cache[static_text] = ids
+        return ids
 
     def frame_head_ids(self) -> tuple[int, ...]:
         """The token prefix every compiled request starts with: the chat-template head and the
@@ -288,9 +344,10 @@ class Compiler:
         (:mod:`noulengine.engine.prefix_store` compares token ids, never text).
         """
         if self._frame_head is None:
-            q = Question(field="probe", type="noul", instructions="Is it?", labels=("no", "yes"),
-                         descriptions=(None, None))
-            runs = [self.compile(Request(state=s, questions=(q,))).token_ids for s in self._HEAD_PROBE_STATES]
+            # the field and instructions vary too: the schema-first layout writes them before the state
+            runs = [self.compile(Request(state=s, questions=(Question(
+                field=f, type="noul", instructions=f"{f.title()} it?", labels=("no", "yes"), descriptions=(None, None)),))
+                                 ).token_ids for s, f in zip(self._HEAD_PROBE_STATES, self._HEAD_PROBE_FIELDS)]
             n = min(len(r) for r in runs)
             for r in runs[1:]:
                 n = common_prefix_length(runs[0], r, n)
@@ -306,39 +363,43 @@ class Compiler:
         return tuple(sorted({(i * k) // MAX_PERMUTE_VIEWS for i in range(MAX_PERMUTE_VIEWS)}))
 
     def _question_text(self, q: Question, mode: str, rotation: int) -> str:
+        """A branch's text: the whole question (state-first) or its cue (schema-first)."""
         key = (json.dumps(q.spec(), sort_keys=True, ensure_ascii=False), mode, rotation)
         text = self._branch_cache.get(key)
         if text is None:
             k = q.num_candidates
             order = [(slot + rotation) % k for slot in range(k)]
-            text = render_question(q, mode, order, SYMBOLS)
+            render = render_cue if self.config.layout == "schema-first" else render_question
+            text = render(q, mode, order, SYMBOLS)
             if len(self._branch_cache) > 4096:
                 self._branch_cache.clear()
             self._branch_cache[key] = text
         return text
 
     def _tokenize_tree(self, state_text: str, branch_texts: list[str],
-                       image_ids: tuple[int, ...] | None = None) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+                       image_ids: tuple[int, ...] | None = None, *,
+                       static_text: str = "") -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
         """Token ids of the shared prefix and of each branch, taken from whole-prompt tokenizations.
 
-        Each branch's prompt ``HEAD + state + question + TAIL`` is tokenized whole (special tokens
+        Each branch's prompt ``HEAD + static + state + branch + TAIL`` is tokenized whole
+        (``static``: the schema-first layout's questions, empty in the state-first layout; special tokens
         of the template stay hard boundaries, see :mod:`noulengine.compile.template`); the prefix
         is the longest token prefix all of them share, and each branch keeps at least its last
         token (the answer is read there). So ``prefix + branch`` is exactly the tokenizer's ids of
         the concatenated text for every branch, whatever the tokenizer merges across the
         state/question boundary.
 
-        ``image_ids`` (the processor's image block) follow HEAD and precede the state; HEAD's
-        joining text is then its own piece, as the special tokens opening the image block make it
-        in a processor's tokenization of the whole text.
+        ``image_ids`` (the processor's image block) follow HEAD (and the static text) and precede
+        the state; the text before them is then its own piece, as the special tokens opening the
+        image block make it in a processor's tokenization of the whole text.
         """
         f = self.frame
         if image_ids:
-            lead = f.head_fixed_ids + self.tok.encode_user(f.head_join) + tuple(image_ids)
+            lead = f.head_fixed_ids + self.tok.encode_user(f.head_join + static_text) + tuple(image_ids)
             chunks = [state_text + text + f.tail_join for text in branch_texts]
         else:
             lead = f.head_fixed_ids
-            chunks = [f.head_join + state_text + text + f.tail_join for text in branch_texts]
+            chunks = [f.head_join + static_text + state_text + text + f.tail_join for text in branch_texts]
         full = [lead + ids + f.tail_fixed_ids for ids in self.tok.encode_user_batch(chunks)]
         shared = min(len(ids) for ids in full) - 1
         first = full[0]
@@ -348,7 +409,8 @@ class Compiler:
 
     def spec_key(self, q: Question, mode: str) -> str:
         """Content hash of a question under a readout (keys the contextual prior cache)."""
-        payload = json.dumps({"q": q.spec(), "mode": mode, "v": PROMPT_VERSION}, sort_keys=True, ensure_ascii=False)
+        payload = json.dumps({"q": q.spec(), "mode": mode, "v": self.prompt_version}, sort_keys=True,
+                             ensure_ascii=False)
         return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
     def _compile_question(self, b: SequenceBuilder, root: int, q: Question, mode: str, rotations: tuple[int, ...],

@@ -81,6 +81,9 @@ class CompiledRequest:
         vision: the request's images as the model reads them
             (:class:`noulengine.vision.VisionInputs`: their expanded tokens sit in the prefix), or
             None for a text request.
+        static_tokens: how many leading tokens do not depend on the state (the chat-template head;
+            in the schema-first layout also the questions): the prefix requests asking the same
+            questions share, which the engine's prefix store prefills once. 0 for image requests.
     """
 
     token_ids: list[int]
@@ -90,6 +93,7 @@ class CompiledRequest:
     questions: list[QuestionPlan]
     request_id: str | None = None
     vision: object | None = None
+    static_tokens: int = 0
 
     @property
     def input_tokens(self) -> int:

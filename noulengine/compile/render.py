@@ -18,6 +18,46 @@ PROMPT_VERSION = "noul-prompt-3"
 
 LABEL_READOUTS = ("label-token", "label-sequence")
 
+# Prompt layouts (the order of a prompt's parts; part of the prompt version):
+#   state-first:  HEAD + state + question + TAIL, one branch per question (the questions follow
+#                 the state, so requests share only HEAD);
+#   schema-first: HEAD + every question (instructions, options, descriptions) + state + a short cue
+#                 per question + TAIL (the static questions come first, so requests asking the same
+#                 questions share them and a prefix cache serves them; issue #32).
+LAYOUTS = ("state-first", "schema-first")
+DEFAULT_LAYOUT = "state-first"
+
+
+def prompt_version(layout: str = DEFAULT_LAYOUT) -> str:
+    """The prompt version of a layout: ``PROMPT_VERSION`` for state-first (unchanged, so models
+    trained before layouts existed keep their version), ``PROMPT_VERSION + "+schema-first"``
+    otherwise.
+
+    Raises:
+        ValueError: an unknown layout.
+    """
+    check_layout(layout)
+    return PROMPT_VERSION if layout == "state-first" else f"{PROMPT_VERSION}+{layout}"
+
+
+def check_layout(layout: str) -> str:
+    """``layout`` itself when it is one of :data:`LAYOUTS`.
+
+    Raises:
+        ValueError: naming the allowed layouts.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
+    return layout
+
+
+def layout_of_prompt_version(version: str | None) -> str:
+    """The layout a recorded prompt version was compiled with (state-first for versions recorded
+    before layouts existed, or None)."""
+    if version and "+" in version:
+        return check_layout(version.split("+", 1)[1])
+    return "state-first"
+
 
 def render_state(state: Any) -> str:
     """The shared prefix text: a plain string as is, any other JSON value as compact JSON."""
@@ -72,8 +112,41 @@ def candidate_texts(q: Question, mode: str) -> tuple[str, ...]:
     return level_texts(q) if reads_level_texts(q, mode) else q.labels
 
 
+def _question_body(q: Question, mode: str, order: Sequence[int], symbols: Sequence[str]) -> list[str]:
+    """The lines after a question's instructions that list its candidates (with descriptions)."""
+    lines: list[str] = []
+    if q.type == "noul":
+        no, yes = q.descriptions
+        if yes or no:
+            lines.append(f"yes: {yes or 'the statement holds'}")
+            lines.append(f"no: {no or 'it does not hold'}")
+    elif q.type == "score" and reads_level_texts(q, mode):
+        texts = candidate_texts(q, mode)
+        lines.append("Levels:")
+        lines += [f"- {texts[k]}" for k in order]
+    elif q.type == "score":
+        lines.append("Levels:")
+        lines += [_line(q.labels[k], q.descriptions[k]) for k in order]
+    elif mode == "symbols" and symbols:
+        lines.append("Options:")
+        lines += [f"{symbols[slot]}. {_line(q.labels[k], q.descriptions[k])}" for slot, k in enumerate(order)]
+    else:
+        lines.append("Options:")
+        lines += [f"- {_line(q.labels[k], q.descriptions[k])}" for k in order]
+    return lines
+
+
+def _answer_line(q: Question, mode: str) -> str:
+    """The last line of a question's branch: what form the answer takes."""
+    if q.type == "noul":
+        return "Answer yes or no."
+    if q.type == "score":
+        return "Answer with the level text only." if reads_level_texts(q, mode) else "Answer with the level number only."
+    return "Answer with the option's symbol only." if mode == "symbols" else "Answer with the option name only."
+
+
 def render_question(q: Question, mode: str, order: Sequence[int], symbols: Sequence[str] = ()) -> str:
-    """Text of one question branch (before the template tail).
+    """Text of one question branch of the state-first layout (before the template tail).
 
     Args:
         q: the question.
@@ -84,27 +157,57 @@ def render_question(q: Question, mode: str, order: Sequence[int], symbols: Seque
         symbols: symbols by display slot (symbols mode only).
     """
     lines = [f"Question: {_instructions(q.instructions)}"]
-    if q.type == "noul":
-        no, yes = q.descriptions
-        if yes or no:
-            lines.append(f"yes: {yes or 'the statement holds'}")
-            lines.append(f"no: {no or 'it does not hold'}")
-        lines.append("Answer yes or no.")
-    elif q.type == "score" and reads_level_texts(q, mode):
+    lines += _question_body(q, mode, order, symbols)
+    lines.append(_answer_line(q, mode))
+    return "\n".join(lines)
+
+
+# -- schema-first layout --------------------------------------------------------------------
+
+SCHEMA_PREAMBLE = "Read the questions, then the evidence. Each question is then answered on its own.\n\n"
+
+
+def _field_name(q: Question) -> str:
+    return json.dumps(q.field, ensure_ascii=False)
+
+
+def render_schema(questions: Sequence[Question], modes: Sequence[str]) -> str:
+    """The schema-first layout's static text: every question in request order, with its
+    instructions and its candidates' descriptions (the options in the request's own order; under
+    ``symbols`` no symbols, since a branch assigns them per view), before the state.
+
+    Args:
+        questions: the request's questions, in request order.
+        modes: the readout mode of each question (decides how score levels are listed).
+    """
+    blocks = []
+    for q, mode in zip(questions, modes):
+        lines = [f"Question {_field_name(q)}: {_instructions(q.instructions)}"]
+        lines += _question_body(q, mode, range(q.num_candidates), ())
+        blocks.append("\n".join(lines))
+    return SCHEMA_PREAMBLE + "\n\n".join(blocks) + "\n\n"
+
+
+def render_evidence(state: Any) -> str:
+    """The schema-first layout's state text (after the schema, before the cues)."""
+    body = state if isinstance(state, str) else canonical_json(state)
+    return f"Evidence:\n{body}\n\n"
+
+
+def render_cue(q: Question, mode: str, order: Sequence[int], symbols: Sequence[str] = ()) -> str:
+    """Text of one question branch of the schema-first layout: the field's name and its candidate
+    labels (no descriptions: those are in the schema) in display ``order``, so the labels stay next
+    to the answer, then the answer form. Symbols (``symbols`` mode) are assigned here, per view.
+    """
+    lines = [f"Now answer question {_field_name(q)}."]
+    if q.type == "score" and reads_level_texts(q, mode):
         texts = candidate_texts(q, mode)
-        lines.append("Levels:")
-        lines += [f"- {texts[k]}" for k in order]
-        lines.append("Answer with the level text only.")
+        lines.append("Levels: " + " | ".join(texts[k] for k in order))
     elif q.type == "score":
-        lines.append("Levels:")
-        lines += [_line(q.labels[k], q.descriptions[k]) for k in order]
-        lines.append("Answer with the level number only.")
-    elif mode == "symbols":
-        lines.append("Options:")
-        lines += [f"{symbols[slot]}. {_line(q.labels[k], q.descriptions[k])}" for slot, k in enumerate(order)]
-        lines.append("Answer with the option's symbol only.")
-    else:
-        lines.append("Options:")
-        lines += [f"- {_line(q.labels[k], q.descriptions[k])}" for k in order]
-        lines.append("Answer with the option name only.")
+        lines.append("Levels: " + " | ".join(q.labels[k] for k in order))
+    elif q.type == "choice" and mode == "symbols":
+        lines.append("Options: " + " | ".join(f"{symbols[slot]}. {q.labels[k]}" for slot, k in enumerate(order)))
+    elif q.type == "choice":
+        lines.append("Options: " + " | ".join(q.labels[k] for k in order))
+    lines.append(_answer_line(q, mode))
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 READOUT_CHOICES = ("symbols", "label-token", "label-sequence")  # = compile.layout.READOUT_MODES
 DEBIAS_CHOICES = ("none", "permute", "contextual")  # = compile.compiler.DEBIAS_MODES
+LAYOUT_CHOICES = ("state-first", "schema-first")  # = compile.render.LAYOUTS
 DTYPE_CHOICES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "int8")  # = engine.model_runner.DTYPE_NAMES
 
 
@@ -39,6 +40,7 @@ class EngineConfig:
         prefix_cache: run tree requests (several branches) with a prefix KV cache: the shared prefix prefilled once, then every branch as a batch against the cached keys and values (models without sliding-window layers; others keep the tree path).
         prefix_cache_min_tokens: tree requests of fewer packed tokens keep the tree path unless their whole prefix is already cached (measured on a 2-core CPU: the cached path ran at 0.91-0.94x the tree path at ~515 tokens, 1.0-1.1x at ~1,400 and 1.4-1.5x at ~2,600); 0 sends every tree request through the prefix cache.
         prefix_cache_mb: cross-request prefix caching budget in MiB: keys and values of the frame head every request starts with, of prefixes a batch shares and of tree requests' states are kept and reused across requests (LRU, keyed by token ids); 0 turns it off. Used by the causal path and the prefix-cache path (not the tree path, the reference); never for sliding-window or int8 models. Call Engine.reset_prefix_cache() after changing weights in place.
+        layout: the prompt layout: ``state-first`` (the state, then each question) or ``schema-first`` (every question first, then the state, then a short cue per question: requests that ask the same questions share that prefix, which the prefix cache serves); None = the layout a trained model was trained with, else state-first.
         media_root: the folder relative image paths in requests are read from (default ``MEDIA_ROOT``, else the --input file's folder for noulengine decide, else the working directory); HTTP requests never read paths.
     """
 
@@ -59,3 +61,4 @@ class EngineConfig:
     prefix_cache_min_tokens: int = 1024
     prefix_cache_mb: int = 256
     media_root: str | None = None
+    layout: str | None = None

@@ -15,12 +15,14 @@ rows; tested).
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import fields
 from typing import Any, Iterable, Protocol
 
 import torch
 
-from noulengine.compile import PROMPT_VERSION, Compiler, CompilerConfig
+from noulengine.compile import Compiler, CompilerConfig
+from noulengine.compile.render import layout_of_prompt_version
 from noulengine.compile.layout import CompiledRequest
 from noulengine.engine.batching import collate, plan_batches
 from noulengine.engine.config import EngineConfig  # noqa: F401 - re-exported (noulengine.EngineConfig)
@@ -63,7 +65,8 @@ def _read_temperatures(config: EngineConfig, identity) -> Temperatures | None:
         return None
     from noulengine.models.loading import load_temperatures
 
-    return load_temperatures(config.calibration, identity=identity, readout=config.readout, debias=config.debias)
+    return load_temperatures(config.calibration, identity=identity, readout=config.readout, debias=config.debias,
+                             layout=config.layout if config.layout not in (None, "auto") else "state-first")
 
 
 class Engine:
@@ -95,6 +98,8 @@ class Engine:
 
         apply_env_threads()  # NOULENGINE_THREADS, when set (the commands set their default before loading)
         self.config = config or EngineConfig()
+        if self.config.layout in (None, "auto"):
+            self.config.layout = "state-first"  # from_pretrained resolves a trained model's own layout first
         self.processor = processor
         vision = None
         if is_vision_language(model) and processor is not None:
@@ -105,7 +110,8 @@ class Engine:
         self.compiler = Compiler(tokenizer, vision=vision, config=CompilerConfig(
             readout=self.config.readout, debias="permute" if self.config.debias == "permute" else "none",
             max_positions=max_pos, max_packed_tokens=max(self.config.batch_tokens, max_pos),
-            use_chat_template=self.config.use_chat_template, symbols_fallback=bool(self.config.symbols_fallback)))
+            use_chat_template=self.config.use_chat_template, symbols_fallback=bool(self.config.symbols_fallback),
+            layout=self.config.layout))
         self.identity = identity
         self.training = None  # training.json of a trained model (set by from_pretrained)
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
@@ -121,6 +127,7 @@ class Engine:
                              if self.config.prefix_cache_mb > 0 and prefix_cache_unsupported(self.runner) is None
                              else None)
         self._frame_head_seeded = False
+        self._static_seen: OrderedDict[int, None] = OrderedDict()  # static prefixes seen (admission)
         if temperatures is None and self.config.calibration and self.config.calibration != "none":
             raise ValueError(f"config.calibration={self.config.calibration!r} but no temperatures were given: the "
                              "engine receives temperatures, not files; load the file with Engine.from_pretrained("
@@ -165,11 +172,16 @@ class Engine:
             readout = training["readout"]  # a trained model is read the way it was trained
             if kwargs.get("symbols_fallback") is None:
                 kwargs["symbols_fallback"] = True  # ... and still takes 2..255 options
+        if kwargs.get("layout") in (None, "auto"):
+            # a trained model is served with the layout it was trained on (recorded in training.json;
+            # models trained before layouts existed were trained state-first)
+            kwargs["layout"] = training.get("layout") or layout_of_prompt_version(training.get("prompt_version"))
         if kwargs.get("calibration") is None and loaded.shipped_temperatures is not None:
             # The model's own fitted temperatures apply when they were fitted for this readout and
             # debias mode (a calibration file records both); otherwise none is applied.
             shipped = loaded.shipped_temperatures
-            if shipped.readout == readout and shipped.debias == kwargs.get("debias", "none"):
+            if (shipped.readout == readout and shipped.debias == kwargs.get("debias", "none")
+                    and shipped.layout == kwargs["layout"]):
                 kwargs["calibration"] = loaded.calibration_path
         if kwargs.get("calibration") == "none":
             kwargs["calibration"] = None
@@ -344,6 +356,7 @@ class Engine:
         # where it pays: long requests, or a state whose whole prefix is already stored.
         cached_ok = self.config.prefix_cache and prefix_cache_unsupported(self.runner) is None
         store = self.prefix_store
+        static, static_key = self._admit_static_prefixes(compiled) if cached_ok else ({}, {})
         groups: dict[str, list[int]] = {"causal": [], "tree": [], "cached": []}
         for i, c in enumerate(compiled):
             if c.vision is not None:
@@ -352,33 +365,43 @@ class Engine:
                 kind = "tree"
             elif self.config.causal_path and c.is_linear:
                 kind = "causal"
-            elif cached_ok and (c.input_tokens >= self.config.prefix_cache_min_tokens or (
+            elif cached_ok and (c.input_tokens >= self.config.prefix_cache_min_tokens or i in static or (
                     store is not None and len(store.lookup(c.token_ids, c.prefix_tokens) or ()) == c.prefix_tokens)):
-                kind = "cached"
+                kind = "cached"  # long, or its static prefix (schema) or whole prefix (state) is reused
             else:
                 kind = "tree"
             groups[kind].append(i)
         plans = []
         for kind in ("cached", "causal", "tree"):
-            members = groups[kind]
-            for part in plan_batches([compiled[i].input_tokens for i in members], batch_tokens=budget,
-                                     max_batch_size=self.config.max_batch_size):
-                plans.append((kind, [members[j] for j in part]))
+            # requests that share a static prefix are batched together, so each batch reuses one entry
+            by_key: dict[int | None, list[int]] = {}
+            for i in groups[kind]:
+                by_key.setdefault(static_key.get(i), []).append(i)
+            pooled = [i for key, idx in by_key.items() if key is None or len(idx) < 2 for i in idx]
+            parts = [idx for key, idx in by_key.items() if key is not None and len(idx) >= 2]
+            for members in parts + ([pooled] if pooled else []):
+                for part in plan_batches([compiled[i].input_tokens for i in members], batch_tokens=budget,
+                                         max_batch_size=self.config.max_batch_size):
+                    plans.append((kind, [members[j] for j in part]))
         self.last_padding_share = 0.0
         padded = real = 0
         store = self._seeded_prefix_store() if groups["causal"] or groups["cached"] else None
         for kind, indices in plans:
             self._sync()
             t0 = time.perf_counter()
+            keys = {static_key.get(i) for i in indices}
+            batch_static = min(static.get(i, 0) for i in indices) if len(keys) == 1 and None not in keys else 0
             if kind == "cached":
                 with torch.inference_mode():
-                    hidden = prefix_cached_hidden_batch(self.runner, compiled, indices, store=store)
+                    hidden = prefix_cached_hidden_batch(self.runner, compiled, indices, store=store,
+                                                        static=batch_static)
                 n_real = n_padded = sum(compiled[i].input_tokens for i in indices)
             else:
                 batch = collate(compiled, indices, pad_id=self.pad_id, causal=kind == "causal")
                 if kind == "causal" and store is not None:
                     with torch.inference_mode():
-                        hidden = causal_batch_hidden(self.runner, batch, [compiled[i] for i in indices], store)
+                        hidden = causal_batch_hidden(self.runner, batch, [compiled[i] for i in indices], store,
+                                                     static=batch_static)
                 else:
                     hidden = self.runner.hidden_states(batch)
                 n_real, n_padded = batch.real_tokens, batch.padded_tokens
@@ -394,6 +417,49 @@ class Engine:
                 progress(len(indices))
         self.last_padding_share = 1.0 - real / padded if padded else 0.0
         return out
+
+    def _admit_static_prefixes(self, compiled: list[CompiledRequest]) -> tuple[dict[int, int], dict[int, int]]:
+        """Which requests' static prefixes (``CompiledRequest.static_tokens``: the questions of a
+        schema-first prompt) the prefix store should hold.
+
+        A static prefix is admitted when it is already stored, when two requests of this call
+        share it, or when an earlier call saw it (the engine remembers the last 4,096 it saw):
+        a workload that repeats its questions pays for them once, and a request with questions
+        never asked before (a "cold" schema) runs as today, without an extra prefill pass for a
+        prefix nobody reuses. Only prefixes longer than the pinned frame head by the store's
+        ``min_tokens`` count (the state-first layout's static prefix is the frame head itself).
+
+        Returns:
+            ``(static, key)``: request index -> static tokens to store, and request index -> a
+            hash of its static prefix's ids (requests with the same key are batched together; a
+            hash collision only affects batching and admission, never answers: the store itself
+            compares token ids).
+        """
+        store = self.prefix_store
+        if store is None:
+            return {}, {}
+        try:
+            head = len(self.compiler.frame_head_ids())
+        except NoulEngineError:  # a context window too small for the probe requests
+            head = 0
+        keyed: dict[int, tuple[int, int]] = {}
+        counts: dict[int, int] = {}
+        for i, c in enumerate(compiled):
+            if c.vision is None and c.static_tokens >= head + store.min_tokens:
+                key = hash(tuple(c.token_ids[:c.static_tokens]))
+                keyed[i] = (key, c.static_tokens)
+                counts[key] = counts.get(key, 0) + 1
+        static, static_key = {}, {}
+        for i, (key, n) in keyed.items():
+            stored = len(store.lookup(compiled[i].token_ids, n) or ()) == n
+            if stored or counts[key] >= 2 or key in self._static_seen:
+                static[i], static_key[i] = n, key
+        for key in counts:
+            self._static_seen[key] = None
+            self._static_seen.move_to_end(key)
+        while len(self._static_seen) > 4096:
+            self._static_seen.popitem(last=False)
+        return static, static_key
 
     def reset_prefix_cache(self) -> None:
         """Drop every cached prefix (the frame head too; it is prefilled again on next use).
@@ -452,7 +518,8 @@ class Engine:
         calibration (what the engine uses, ``auto`` already resolved), torch CPU threads."""
         trained = (self.training or {}).get("prompt_version")
         return {"model": self.identity.to_dict() if self.identity else None, "device": str(self.runner.device),
-                "prompt_version": PROMPT_VERSION, "trained_prompt_version": trained,
+                "prompt_version": self.compiler.prompt_version, "layout": self.compiler.layout,
+                "trained_prompt_version": trained,
                 "dtype": "int8" if self.config.dtype == "int8" else str(self.runner.dtype).replace("torch.", ""),
                 "readout": self.config.readout,
                 "debias": self.config.debias, "calibration": self.config.calibration,

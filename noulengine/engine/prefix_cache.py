@@ -68,7 +68,7 @@ def prefix_cached_hidden(runner, compiled: CompiledRequest, store=None) -> torch
 
 
 def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices: list[int],
-                               store=None) -> torch.Tensor:
+                               store=None, *, static: int = 0) -> torch.Tensor:
     """(B, L, D) final hidden states of ``B`` tree requests, computed with prefix KV caches.
 
     Two passes for the whole batch:
@@ -88,12 +88,15 @@ def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices:
         store: the engine's :class:`~noulengine.engine.prefix_store.PrefixKVStore` (cross-request
             prefix caching), or None. Each request's whole prefix is stored for later requests on
             the same state; hidden states inside a reused prefix are zeros (no read lies there).
+        static: leading tokens the rows share whatever their state (a static prefix the engine
+            admitted: the questions of a schema-first prompt), prefilled and stored before the
+            prefixes' pass when not stored yet; 0 stores none.
 
     Returns:
         The tree path's hidden states (within float tolerance) at every position this call
         computed, model dtype, on device; ``L`` = the longest request.
     """
-    from noulengine.engine.prefix_store import PrefixEntry, cache_for_rows
+    from noulengine.engine.prefix_store import PrefixEntry, cache_for_rows, store_static_prefix
 
     dev = runner.device
     rows_req = [requests[i] for i in indices]
@@ -114,7 +117,11 @@ def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices:
     if todo:
         first = rows_req[todo[0]].token_ids
         # shorter than every todo prefix: a stored entry as long as one would have been a whole hit
-        base = store.lookup(first, shared_root_prefix([rows_req[b] for b in todo])) if store is not None else None
+        shared = shared_root_prefix([rows_req[b] for b in todo])
+        base = store.lookup(first, shared) if store is not None else None
+        found = len(base) if base is not None else 0  # what came from the cache (the first row's hit)
+        if store is not None:
+            base = store_static_prefix(runner, store, first, min(static, shared), base)
         n = len(base) if base is not None else 0
         span = max(prefix_len[b] for b in todo) - n
         ids = torch.zeros((len(todo), span), dtype=torch.long)
@@ -133,7 +140,8 @@ def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices:
             values = [layer.values[row:row + 1, :, :p] for layer in cache.layers]
             prefix_kv[b] = (keys, values)
             if store is not None:
-                store.record(rows_req[b].input_tokens, n)
+                # the row that paid for a static prefix prefilled just now counts it as a miss
+                store.record(rows_req[b].input_tokens, found if row == 0 else n)
                 if store.worth_storing(p, base):  # copies: a view (even a contiguous one) keeps the batch alive
                     store.insert(PrefixEntry(tuple(rows_req[b].token_ids[:p]), [k.clone() for k in keys],
                                              [v.clone() for v in values]))

@@ -43,12 +43,16 @@ class PrefixEntry:
         keys, values: per decoder layer, ``(1, kv_heads, n, head_dim)`` tensors (model dtype, on
             the model's device), as the model's own cache holds them.
         pinned: never evicted (the frame head every request starts with).
+        static: a static prefix (the questions of a schema-first prompt, shared by every request
+            that asks them): evicted only when no other unpinned entry is left, so a stream of
+            one-off state prefixes never pushes out the schema all of them reuse.
     """
 
     ids: tuple[int, ...]
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     pinned: bool = False
+    static: bool = False
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -95,9 +99,12 @@ class PrefixCacheStats:
 class PrefixKVStore:
     """Bounded LRU cache of prefilled prefixes keyed by token ids.
 
+    Eviction is segmented: least recently used entries of requests' own prefixes first, then
+    least recently used static prefixes (:attr:`PrefixEntry.static`), never pinned ones.
+
     Args:
         max_bytes: total bytes of keys and values held at most (pinned entries included); an
-            insert evicts least recently used unpinned entries until it fits, and an entry
+            insert evicts unpinned entries in the order above until it fits, and an entry
             larger than the whole budget is not stored.
         min_tokens: an entry must save at least this many tokens over the longest entry it
             extends to be worth storing (smaller prefixes cost more to manage than to recompute).
@@ -154,7 +161,9 @@ class PrefixKVStore:
         if old is not None:
             self._forget(old)
         while self.nbytes + size > self.max_bytes:
-            victim = next((e for e in self._entries.values() if not e.pinned), None)
+            victim = next((e for e in self._entries.values() if not e.pinned and not e.static), None)
+            if victim is None:
+                victim = next((e for e in self._entries.values() if not e.pinned), None)
             if victim is None:
                 return False  # only pinned entries left, and they fill the budget
             del self._entries[victim.ids]
@@ -235,12 +244,26 @@ def prefill(runner, ids: Sequence[int], base: PrefixEntry | None = None) -> tupl
 
 
 
-def causal_batch_hidden(runner, batch, requests, store: PrefixKVStore) -> torch.Tensor:
+def store_static_prefix(runner, store: PrefixKVStore, ids: Sequence[int], static: int,
+                        entry: PrefixEntry | None) -> PrefixEntry | None:
+    """Prefill and store ``ids[:static]`` (a static prefix: the tokens requests share whatever their
+    state, e.g. the schema-first layout's questions) when it is longer than ``entry`` (the longest
+    stored prefix of ``ids``) by ``store.min_tokens``; returns the longest entry now stored."""
+    if static > 0 and store.worth_storing(static, entry):
+        entry, _ = prefill(runner, ids[:static], entry)
+        entry.static = True
+        store.insert(entry)
+    return entry
+
+
+def causal_batch_hidden(runner, batch, requests, store: PrefixKVStore, *, static: int = 0) -> torch.Tensor:
     """(B, L, D) final hidden states of a causal batch (linear requests), reusing cached prefixes.
 
     The rows' shared prefix (their longest common token prefix, within every row's root segment)
-    is looked up in ``store``; when the batch has several rows and the shared prefix is longer
-    than the cached one by ``store.min_tokens``, the rest is prefilled once and stored. Every row
+    is looked up in ``store``; ``static`` leading tokens (a static prefix all rows share, admitted
+    by the engine: the questions of a schema-first prompt) are prefilled and stored first, even for
+    one row; when the batch has several rows and the shared prefix is longer than the cached one by
+    ``store.min_tokens``, the rest is prefilled once and stored. Every row
     then runs only its tokens after the cached prefix, against the cache expanded to ``B`` rows,
     with position ids continuing from the prefix; right padding keeps the model's own causal
     attention exact. Positions inside the cached prefix hold zeros (they are never read: reads lie
@@ -256,6 +279,7 @@ def causal_batch_hidden(runner, batch, requests, store: PrefixKVStore) -> torch.
     shared = shared_root_prefix(requests)
     entry = store.lookup(first, shared)
     base_len = len(entry) if entry is not None else 0
+    entry = store_static_prefix(runner, store, first, min(static, shared), entry)
     if len(requests) > 1 and store.worth_storing(shared, entry):
         entry, _ = prefill(runner, first[:shared], entry)
         store.insert(entry)

@@ -205,13 +205,15 @@ class LoadedModel:
         return None if self.calibration_path is None else load_temperatures(self.calibration_path)
 
 
-def load_temperatures(path, *, identity=None, readout: str | None = None, debias: str | None = None):
+def load_temperatures(path, *, identity=None, readout: str | None = None, debias: str | None = None,
+                      layout: str | None = None):
     """Read a calibration file (the model's fitted temperatures) for an engine.
 
     Args:
         path: a file written by ``noulengine calibrate`` (or shipped with a trained model).
         identity: the engine's :class:`ModelIdentity` (None: unidentified model); with
-            ``readout`` and ``debias`` given, the file must have been fitted for them.
+            ``readout`` and ``debias`` given, the file must have been fitted for them (and for
+            ``layout``, the prompt layout, when given).
 
     Returns:
         :class:`~noulengine.calibrate.file.Calibration`.
@@ -227,7 +229,7 @@ def load_temperatures(path, *, identity=None, readout: str | None = None, debias
     if readout is None:
         return load_calibration(path)
     return load_calibration(path, engine=SimpleNamespace(
-        identity=identity, config=SimpleNamespace(readout=readout, debias=debias)))
+        identity=identity, config=SimpleNamespace(readout=readout, debias=debias, layout=layout)))
 
 
 def default_model_spec() -> str:

@@ -45,6 +45,8 @@ def add_train_args(ap: argparse.ArgumentParser) -> None:
             kwargs["choices"] = ["lora", "full", "top-k"]
         if f.name == "loss":
             kwargs["choices"] = ["full", "candidates"]
+        if f.name == "layout":
+            kwargs["choices"] = ["state-first", "schema-first"]
         if f.name == "readout":
             kwargs["choices"] = ["auto", "symbols", "label-token", "label-sequence"]
         ap.add_argument(flag, **kwargs)

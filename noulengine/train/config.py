@@ -27,6 +27,8 @@ class TrainConfig:
         selection_limit: score only the first N selection rows (None: all).
         loss: ``full`` (cross-entropy over the whole vocabulary: candidates plus -log x_mass) | ``candidates`` (over the candidates).
         readout: the readout trained and then used for inference: ``symbols`` | ``label-token`` | ``label-sequence`` | ``auto``.
+        layout: the prompt layout trained and then served (``state-first`` | ``schema-first``:
+            noulengine.compile.render.LAYOUTS); recorded in training.json.
         permute: permute choice options per row and epoch (option-order augmentation).
         permute_share: share of rows (drawn per row and epoch) whose options are permuted; the
             rest keep criteria order (1.0: every row).
@@ -61,6 +63,7 @@ class TrainConfig:
     selection_limit: int | None = None
     loss: str = "full"
     readout: str = "symbols"
+    layout: str = "state-first"
     permute: bool = True
     permute_share: float = 1.0
     soft_targets: bool = False
@@ -90,6 +93,8 @@ class TrainConfig:
             raise ValueError(f"loss must be one of {list(LOSSES)}, got {self.loss!r}")
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+        if self.layout not in ("state-first", "schema-first"):
+            raise ValueError(f"layout must be 'state-first' or 'schema-first', got {self.layout!r}")
         if not 0.0 <= self.permute_share <= 1.0:
             raise ValueError(f"permute_share must be in [0, 1], got {self.permute_share}")
         if self.lr is None:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from noulengine.compile.render import PROMPT_VERSION
+from noulengine.compile.render import prompt_version
 from noulengine.models.tokenizer_probe import probe_record
 from noulengine.train.config import TrainConfig  # noqa: F401 - re-exported (noulengine.train.TrainConfig)
 from noulengine.train.data import TrainingDataError, load_training_rows
@@ -137,7 +137,8 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
     # train mode, runs the training forward pass; the same engine scores the selection rows.
     # No cross-request prefix caching: the weights change after every step, cached keys would not.
     engine = Engine.from_model(model, tokenizer, processor=loaded.processor, readout=config.readout,
-                               batch_tokens=config.batch_tokens, device=str(device), prefix_cache_mb=0)
+                               batch_tokens=config.batch_tokens, device=str(device), prefix_cache_mb=0,
+                               layout=config.layout)
     runner, compiler, pad_id = engine.runner, engine.compiler, engine.pad_id
     model.train()
     autocast = torch.bfloat16 if device.type == "cuda" else None
@@ -227,7 +228,7 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
     final = {}
     if sel_rows and config.flip_rate_rows:
         engine = Engine.from_model(model, tokenizer, processor=loaded.processor, readout=config.readout,
-                                   debias="permute", device=str(device), prefix_cache_mb=0)
+                                   debias="permute", device=str(device), prefix_cache_mb=0, layout=config.layout)
         final["permutation"] = selection_metrics(engine, sel_rows[:config.flip_rate_rows], debias="permute")
     files = save_trained(model, tokenizer, output, method=config.method, merge=config.merge,
                          processor=loaded.processor)
@@ -237,7 +238,8 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
         "method": config.method + ("-merged" if config.method == "lora" and config.merge else ""),
         "readout": config.readout, "loss": config.loss,
         # what the model was trained to read: checked when it is loaded (models/tokenizer_probe.py)
-        "tokenizer_probe": probe_record(tokenizer), "prompt_version": PROMPT_VERSION,
+        "tokenizer_probe": probe_record(tokenizer), "prompt_version": prompt_version(config.layout),
+        "layout": config.layout,
         "hyperparameters": {k: v for k, v in dataclasses.asdict(config).items()
                             if k not in ("data", "output", "model", "selection", "progress", "device", "name")},
         "trainable_parameters": n_trainable,
