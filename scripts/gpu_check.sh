@@ -46,5 +46,12 @@ for cfg in $CONFIGS; do
     fi
   done
 done
+# Both prompt layouts (issue #32), warm and cold, interleaved in one run: random weights, so speed
+# and prefix-cache hit rates only (accuracy columns are meaningless here).
+for cfg in $CONFIGS; do
+  echo "gpu_check: bench --layouts $cfg ($DTYPE, random weights)"
+  timeout "$TIMEOUT" $PY -m noulengine bench --layouts $QUICK --model-config "$cfg" --device "$DEVICE" --dtype "$DTYPE" \
+    --peer off --output "$OUT/layouts-$cfg.json" || { echo "gpu_check: bench --layouts $cfg failed"; status=1; }
+done
 echo "gpu_check: done (status $status); results in $OUT; weights were random"
 exit $status

@@ -25,8 +25,8 @@ def parse_args(argv):
     p.add_argument("--reps", type=int, default=None, help="timed repetitions per variant (default 1 quick, 2 full)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: NOULENGINE_THREADS, else "
                    "the physical cores this process may use)")
-    p.add_argument("--output", default="bench-results/bench.json",
-                   help="JSON result path, a .md table is written beside it (default bench-results/bench.json, "
+    p.add_argument("--output", default=None,
+                   help="JSON result path, a .md table is written beside it (default bench-results/bench.json, or layouts.json with --layouts; "
                         "git-ignored)")
     p.add_argument("--batch-tokens", type=int, default=None,
                    help="padded tokens per forward pass for the engine and the padded batches (default the "
@@ -40,6 +40,11 @@ def parse_args(argv):
     p.add_argument("--probe", choices=("reverse",), default=None,
                    help="reverse: after timing, answer every workload once more with each choice question's options "
                         "reversed (untimed) and report the share of answers that change (as eval --probe reverse)")
+    p.add_argument("--layouts", action="store_true",
+                   help="compare the prompt layouts instead: state-first and schema-first, each warm (the "
+                        "workload's questions already cached) and cold (new questions every request), interleaved, "
+                        "on agnews_1q (with the peer), typed_decisions and tickets_3q (--workloads picks among "
+                        "them); writes bench-results/layouts.{json,md} unless --output is given")
     p.add_argument("--tolerance", type=float, default=None,
                    help="max allowed probability difference (default 1e-4 float32, 2e-2 otherwise)")
     return p.parse_args(argv)

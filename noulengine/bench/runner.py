@@ -281,6 +281,19 @@ def run(args) -> int:
     if args.batch_tokens is not None and args.batch_tokens < 1:
         print(f"bench: --batch-tokens must be >= 1, got {args.batch_tokens}", file=sys.stderr)
         return 2
+    if args.output is None:
+        args.output = "bench-results/layouts.json" if getattr(args, "layouts", False) else "bench-results/bench.json"
+    if getattr(args, "layouts", False):
+        from noulengine.bench.layouts import LAYOUT_WORKLOADS, run_layouts
+
+        unknown = sorted({w.strip() for w in (args.workloads or "").split(",") if w.strip()} - set(LAYOUT_WORKLOADS))
+        if unknown:  # refused before the model loads
+            print(f"bench: unknown layout workloads {unknown}; choose from {list(LAYOUT_WORKLOADS)}", file=sys.stderr)
+            return 2
+        engine, weights = load_engine(args)
+        print(f"bench: model weights: {weights}; device {engine.runner.device}, dtype {engine.runner.dtype}, "
+              f"threads {torch.get_num_threads()} ({threads_source})", flush=True)
+        return run_layouts(args, engine, weights, threads_source)
     wanted = [w.strip() for w in (args.workloads or "").split(",") if w.strip()]
     unknown = sorted(set(wanted) - set(WORKLOAD_NAMES))
     if unknown:  # refused before the model loads

@@ -164,7 +164,7 @@ def render_question(q: Question, mode: str, order: Sequence[int], symbols: Seque
 
 # -- schema-first layout --------------------------------------------------------------------
 
-SCHEMA_PREAMBLE = "Read the questions, then the evidence. Each question is then answered on its own.\n\n"
+SCHEMA_PREAMBLE = "Answer each question about the evidence.\n\n"
 
 
 def _field_name(q: Question) -> str:
@@ -173,8 +173,9 @@ def _field_name(q: Question) -> str:
 
 def render_schema(questions: Sequence[Question], modes: Sequence[str]) -> str:
     """The schema-first layout's static text: every question in request order, with its
-    instructions and its candidates' descriptions (the options in the request's own order; under
-    ``symbols`` no symbols, since a branch assigns them per view), before the state.
+    instructions, its candidates' descriptions (the options in the request's own order; under
+    ``symbols`` no symbols, since a branch assigns them per view) and the form its answer takes,
+    before the state.
 
     Args:
         questions: the request's questions, in request order.
@@ -184,6 +185,7 @@ def render_schema(questions: Sequence[Question], modes: Sequence[str]) -> str:
     for q, mode in zip(questions, modes):
         lines = [f"Question {_field_name(q)}: {_instructions(q.instructions)}"]
         lines += _question_body(q, mode, range(q.num_candidates), ())
+        lines.append(_answer_line(q, mode))
         blocks.append("\n".join(lines))
     return SCHEMA_PREAMBLE + "\n\n".join(blocks) + "\n\n"
 
@@ -196,18 +198,15 @@ def render_evidence(state: Any) -> str:
 
 def render_cue(q: Question, mode: str, order: Sequence[int], symbols: Sequence[str] = ()) -> str:
     """Text of one question branch of the schema-first layout: the field's name and its candidate
-    labels (no descriptions: those are in the schema) in display ``order``, so the labels stay next
-    to the answer, then the answer form. Symbols (``symbols`` mode) are assigned here, per view.
+    labels in display ``order`` (no descriptions: those are in the schema), so the labels stay next
+    to the answer: ``Answer "route" (billing | shipping | tech):``. Symbols (``symbols`` mode) are
+    assigned here, per view (``A. billing | B. shipping``); a noul question lists ``no | yes``.
     """
-    lines = [f"Now answer question {_field_name(q)}."]
     if q.type == "score" and reads_level_texts(q, mode):
         texts = candidate_texts(q, mode)
-        lines.append("Levels: " + " | ".join(texts[k] for k in order))
-    elif q.type == "score":
-        lines.append("Levels: " + " | ".join(q.labels[k] for k in order))
+        names = [texts[k] for k in order]
     elif q.type == "choice" and mode == "symbols":
-        lines.append("Options: " + " | ".join(f"{symbols[slot]}. {q.labels[k]}" for slot, k in enumerate(order)))
-    elif q.type == "choice":
-        lines.append("Options: " + " | ".join(q.labels[k] for k in order))
-    lines.append(_answer_line(q, mode))
-    return "\n".join(lines)
+        names = [f"{symbols[slot]}. {q.labels[k]}" for slot, k in enumerate(order)]
+    else:
+        names = [q.labels[k] for k in order]
+    return f"Answer {_field_name(q)} ({' | '.join(names)}):"
