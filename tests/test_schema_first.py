@@ -337,3 +337,42 @@ def test_common_prefix_length_is_the_static_prefix_bound(tiny_tokenizer):
     a = compiler.compile(request_from_json(three_question_request(state="zzz")))
     b = compiler.compile(request_from_json(three_question_request(state="{}")))
     assert common_prefix_length(a.token_ids, b.token_ids, 10_000) >= a.static_tokens
+
+
+def test_a_model_trained_schema_first_is_served_schema_first(tmp_path, tiny_tokenizer, tiny_llama):
+    """training.json records the layout; from_pretrained serves that layout unless asked otherwise,
+    and a calibration fitted under it applies only under it."""
+    import json
+
+    from noulengine.calibrate.file import FORMAT, VERSION
+    from noulengine.train import TrainConfig
+    from noulengine.train.contamination import EvaluationIndex
+    from noulengine.train.trainer import train
+    from tests.test_train import save_tiny, toy_rows, write
+
+    model_dir = save_tiny(tmp_path, tiny_llama, tiny_tokenizer)
+    data = write(tmp_path / "train.jsonl", toy_rows(8, 0))
+    train(TrainConfig(data=str(data), output=str(tmp_path / "out"), model=str(model_dir), lora_r=4, max_steps=1,
+                      layout="schema-first", progress=False), evaluation_index=EvaluationIndex())
+    out = tmp_path / "out"
+    meta = json.loads((out / "training.json").read_text())
+    assert meta["layout"] == "schema-first" and meta["prompt_version"] == "noul-prompt-3+schema-first"
+    served = Engine.from_pretrained(str(out))
+    assert served.compiler.layout == "schema-first"
+    assert Engine.from_pretrained(str(out), layout="state-first").compiler.layout == "state-first"
+    cal = {"format": FORMAT, "version": VERSION, "model": {"name": "out", "sha256": served.identity.sha256},
+           "readout": "symbols", "debias": "none", "layout": "schema-first", "group_by": "global",
+           "groups": {"global": {"temperature": 2.0}}}
+    (out / "calibration.json").write_text(json.dumps(cal))
+    assert Engine.from_pretrained(str(out)).calibration is not None
+    assert Engine.from_pretrained(str(out), layout="state-first").calibration is None  # fitted under another layout
+
+
+def test_eval_run_key_holds_a_non_default_layout():
+    from noulengine.eval.run_state import run_key
+
+    base = {"model": {"sha256": "x"}, "readout": "auto", "debias": "none", "dtype": "float32", "config": {}}
+    old = run_key({**base, "layout": "state-first"}, suite="s", limit=None, sample=None, seed=0)
+    assert "layout" not in old  # folders written before layouts existed keep matching
+    new = run_key({**base, "layout": "schema-first"}, suite="s", limit=None, sample=None, seed=0)
+    assert new["layout"] == "schema-first"

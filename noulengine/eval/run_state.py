@@ -47,7 +47,8 @@ def run_key(describe: dict, *, suite: str, limit, sample, seed, tasks=None, work
 
     ``calibration`` is the path the engine read (as ``run.json`` says); ``calibration_sha256``
     identifies it, so the same file at another path (another checkout, another machine) matches.
-    ``probe`` (``--probe reverse``) is part of the key: its rows carry the probe's answers, so a
+    ``layout`` is part of the key when it is not ``state-first`` (schema-first prompts differ
+    everywhere). ``probe`` (``--probe reverse``) is part of the key: its rows carry the probe's answers, so a
     folder made without it is refused for a probe run (and the other way round).
     """
     cal = describe.get("calibration")
@@ -56,6 +57,10 @@ def run_key(describe: dict, *, suite: str, limit, sample, seed, tasks=None, work
            "calibration": str(cal) if cal else None, "calibration_sha256": file_sha256(cal),
            "symbols_fallback": bool((describe.get("config") or {}).get("symbols_fallback")),
            "dtype": describe.get("dtype"), "limit": limit, "sample": sample, "seed": seed, "probe": probe}
+    if describe.get("layout", "state-first") != "state-first":
+        # the prompt layout changes every prompt; state-first keys omit it, so folders written
+        # before layouts existed keep matching
+        key["layout"] = describe["layout"]
     if workers is not None:
         key.update({"tasks": tasks, "worker": worker, "workers": workers})
     return key
