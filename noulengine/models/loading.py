@@ -16,6 +16,7 @@ from pathlib import Path
 from noulengine import envs
 from noulengine.models.embedded import (  # noqa: F401 - ModelNotFoundError is re-exported (one error type)
     SMOLLM2, EmbeddedBase, ModelNotFoundError, embedded_base, embedded_base_by_sha256)
+from noulengine.models.peft_compat import quiet_peft_checkpointing_warning
 from noulengine.models.tokenizer_probe import check_probe
 
 _MARKER = "noulengine_conversion.json"
@@ -308,7 +309,8 @@ def _load_adapter(path: Path, training: dict, *, dtype, device, attn_implementat
         raise ModelNotFoundError(f"{path}: trained on base model {spec!r} with sha256 {want}, but that name now "
                                  f"loads sha256 {base.identity.sha256}; an adapter does not transfer between bases")
     _check_tokenizer(base.tokenizer, base.identity, training, path)
-    model = PeftModel.from_pretrained(base.model, str(path), is_trainable=False)
+    with quiet_peft_checkpointing_warning():  # peft reads a property transformers 5 deprecated
+        model = PeftModel.from_pretrained(base.model, str(path), is_trainable=False)
     model = model.merge_and_unload()  # merged: inference costs exactly what the base costs
     h = hashlib.sha256(base.identity.sha256.encode())
     h.update(_weights_fingerprint(path).encode())

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from noulengine.models.peft_compat import quiet_peft_checkpointing_warning
 from noulengine.vision.adapters import is_vision_language
 
 METHODS = ("lora", "full", "top-k")
@@ -116,7 +117,8 @@ def apply_method(model, *, method: str, lora_r: int = 16, lora_alpha: int = 32, 
         target_modules = targets
     cfg = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=target_modules,
                      layers_to_transform=layers, bias="none", task_type="CAUSAL_LM")
-    return get_peft_model(model, cfg)
+    with quiet_peft_checkpointing_warning():  # peft reads a property transformers 5 deprecated
+        return get_peft_model(model, cfg)
 
 
 def trainable_parameters(model) -> list[torch.nn.Parameter]:
