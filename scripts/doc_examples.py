@@ -54,17 +54,11 @@ PYTHON_EXAMPLE = '''\
 from noulengine import Engine
 
 engine = Engine.from_pretrained()   # the default decision model (base + trained LoRA adapter)
-decision = engine.decide({
-    "state": {"ticket": "My card was charged twice for order 4471."},
-    "questions": {
-        "route": {"type": "choice", "instructions": "Which team handles this?",
-                  "criteria": {"billing": "Payments and refunds", "shipping": "Delivery problems",
-                               "tech": "Website or app errors"}},
-        "urgency": {"type": "score", "instructions": "How urgent?",
-                    "criteria": ["can wait", "this week", "today"]},
-        "refund": {"type": "noul", "instructions": "Does the customer ask for money back?"},
-    },
-})
+decision = engine.decide({"state": {"ticket": "My card was charged twice for order 4471."}, "questions": {
+    "route": {"type": "choice", "instructions": "Which team handles this?", "criteria": {
+        "billing": "Payments and refunds", "shipping": "Delivery problems", "tech": "Website or app errors"}},
+    "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["can wait", "this week", "today"]},
+    "refund": {"type": "noul", "instructions": "Does the customer ask for money back?"}}})
 for field, answer in decision.answers.items():
     print(field, answer.label, {k: round(p, 2) for k, p in answer.probabilities.items()})
 '''
