@@ -125,6 +125,7 @@ class Context:
 
     @property
     def engine(self):
+        """The embedded default :class:`~noulengine.Engine`, loaded on first use (the slow part)."""
         if self._engine is None:
             from noulengine import Engine
 
@@ -145,12 +146,14 @@ class Context:
         return self._client
 
     def post(self, route: str, body: dict) -> dict:
+        """POST ``body`` to ``route``; the JSON answer, or :class:`DocExampleError` on a non-200 status."""
         resp = self.client.post(route, json=body)
         if resp.status_code != 200:
             raise DocExampleError(f"{route} answered {resp.status_code}: {resp.text}")
         return resp.json()
 
     def close(self) -> None:
+        """Stop the test client's app (its batch worker thread)."""
         self._stack.close()
 
 
@@ -199,8 +202,9 @@ def example_calibration_default(ctx: Context) -> str:
             "accuracy (unchanged) |", "|---|---:|---|---|---|---:|"]
     for name, m in cal["metrics"]["selection"].items():
         b, a = m["before"], m["after"]
-        rows.append(f"| {name} | {b['n']} | {b['nll']:.3f} → {a['nll']:.3f} | {b['brier']:.3f} → {a['brier']:.3f} | "
-                    f"{b['ece']:.3f} → {a['ece']:.3f} | {100 * b['accuracy']:.1f}% |")
+        rows.append(f"| {name} | {b['n']} | {b['nll']:.3f} → {a['nll']:.3f} | "
+                    f"{b['brier']:.3f} → {a['brier']:.3f} | {b['ece']:.3f} → {a['ece']:.3f} | "
+                    f"{100 * b['accuracy']:.1f}% |")
     temps = ", ".join(f"`{k}` {g['temperature']:.2f}" for k, g in cal["groups"].items() if g["source"] == k)
     files = ", ".join(Path(f).name for f in cal["validation_files"])
     return (f"Readout `{cal['readout']}`, debias `{cal['debias']}`, groups `{cal['group_by']}`; fitted on "

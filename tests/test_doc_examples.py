@@ -44,7 +44,8 @@ def test_check_fails_on_a_stale_block_and_rewrite_makes_it_current(tmp_path):
 
 def test_unknown_example_and_unclosed_marker_are_named(tmp_path):
     root = _tree(tmp_path, "")
-    (root / "docs" / "x.md").write_text("a\n<!-- doc-example: no-such -->\nb\n<!-- /doc-example -->\n", encoding="utf-8")
+    bad = "a\n<!-- doc-example: no-such -->\nb\n<!-- /doc-example -->\n"
+    (root / "docs" / "x.md").write_text(bad, encoding="utf-8")
     with pytest.raises(doc_examples.DocExampleError, match=r"x.md:2: unknown doc example 'no-such'"):
         doc_examples.run(check=True, root=root)
     (root / "docs" / "x.md").write_text("<!-- doc-example: serve-curl -->\nnever closed\n", encoding="utf-8")
