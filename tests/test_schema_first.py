@@ -376,3 +376,30 @@ def test_eval_run_key_holds_a_non_default_layout():
     assert "layout" not in old  # folders written before layouts existed keep matching
     new = run_key({**base, "layout": "schema-first"}, suite="s", limit=None, sample=None, seed=0)
     assert new["layout"] == "schema-first"
+
+
+def test_layout_bench_measures_both_layouts_warm_and_cold(tiny_llama, tiny_tokenizer):
+    """The bench's layout comparison on a tiny model: every (layout, mode) variant runs, the warm
+    schema-first run reuses the cached questions, the cold one cannot, accuracy follows renamed fields."""
+    from noulengine.bench.layouts import LayoutWorkload, cold_request, layouts_markdown, measure_layouts
+
+    reqs = [request_from_json(three_question_request(state=f"ticket {i}: login failed")) for i in range(4)]
+    golds = [{"topic": "world", "flag": "yes"} for _ in reqs]
+    engines = {layout: Engine.from_model(tiny_llama, tiny_tokenizer, layout=layout, prefix_cache_min_tokens=0)
+               for layout in ("state-first", "schema-first")}
+    lines = []
+    out = measure_layouts(engines, LayoutWorkload("t", "tiny", reqs, golds), reps=2, sync=lambda: None,
+                          progress=lines.append)
+    v = out["variants"]
+    assert set(v) == {"state-first/warm", "state-first/cold", "schema-first/warm", "schema-first/cold"}
+    assert len(lines) == 8  # one line per variant and repetition
+    assert v["schema-first/warm"]["hit_rate"] > 0.4 and v["schema-first/cold"]["hit_rate"] < 0.2
+    assert v["schema-first/warm"]["hit_rate"] > v["state-first/warm"]["hit_rate"]
+    for r in v.values():
+        assert r["decisions_per_s"] > 0 and 0.0 <= r["accuracy"] <= 1.0
+    # a cold request shares no static prefix with another
+    c0, c1 = (engines["schema-first"].compile(cold_request(r, i)) for i, r in enumerate(reqs[:2]))
+    assert c0.token_ids[:c0.static_tokens] != c1.token_ids[:c1.static_tokens]
+    table = layouts_markdown({"model": "tiny", "weights": "random", "device": "cpu", "dtype": "float32",
+                              "threads": 1, "reps": 2, "git_revision": "x", "workloads": [out]})
+    assert "schema_vs_state_warm" in table

@@ -76,10 +76,12 @@ def engine_term_logprobs(engine, compiled_list, row=0, *, hidden=None) -> dict[s
     return out
 
 
+@pytest.mark.parametrize("layout", ["state-first", "schema-first"])
 @pytest.mark.parametrize("readout", ["symbols", "label-sequence"])
-def test_tree_equals_plain_forward_per_question(family, readout):
+def test_tree_equals_plain_forward_per_question(family, readout, layout):
+    """Schema-first: the images follow the questions and precede the state (docs/prompt-layouts.md)."""
     name, model, *_ = family
-    engine = _engine(family, readout=readout)
+    engine = _engine(family, readout=readout, layout=layout)
     compiled = engine.compile(_request(png_bytes(seed=1), png_bytes((48, 80), seed=2)))
     assert compiled.vision is not None and compiled.vision.num_images == 2
     assert compiled.vision.image_tokens > 0

@@ -32,7 +32,12 @@ def markdown(result: dict) -> str:
                           f"{p['decisions_per_s']:.2f}); tokens per decision {e['tokens'] / w['decisions']:.0f} vs "
                           f"{p['tokens'] / w['decisions']:.0f}; tokens/s {e['tokens_per_s']:.0f} vs "
                           f"{p['tokens_per_s']:.0f}; accuracy {100 * e['accuracy']:.1f}% vs {100 * p['accuracy']:.1f}% "
-                          f"(chance {100 * w['chance']:.1f}%, majority {100 * w['gold_majority']:.1f}%)"]
+                          f"(chance {100 * w['chance']:.1f}%, majority {100 * w['gold_majority']:.1f}%). "
+                          "What each reads: the engine, each option by its own label (the readout the default "
+                          "model was trained on); the peer, the letters A, B, ... before the options (its "
+                          "training-free readout), which a model trained on label readouts was never taught: "
+                          "the accuracy gap says which readout the weights suit, the speed ratio compares "
+                          "the two executions on equal weights"]
     probed = [w for w in result["workloads"] if w.get("order_probe")]
     if probed:
         lines += ["", "| workload | choice answers | changed by reversal | share | accuracy in order | reversed |",

@@ -110,7 +110,7 @@ def accuracy(wl: Workload, answers: list) -> float | None:
 
 
 def measure_workload(engine, wl: Workload, *, reps: int, device, n_params: int, peak: float, attn: str,
-                     warmup: Request | None = None, peer=None) -> dict:
+                     warmup: Request | None = None, peer=None, progress=None) -> dict:
     model = engine.runner.model
     pad_id = engine.pad_id
     budget = engine.config.batch_tokens
@@ -179,6 +179,9 @@ def measure_workload(engine, wl: Workload, *, reps: int, device, n_params: int, 
                 _sync(device)
                 dt = time.perf_counter() - t0
             times[v].append(dt)
+            if progress is not None:  # one line per variant and repetition: a long run shows where it is
+                progress(f"bench: {wl.name} {v} rep {rep + 1}/{reps}: {dt:.1f} s, "
+                         f"{sum(len(r.questions) for r in wl.requests) / dt:.2f} decisions/s")
             lats[v].extend(lat)
             mem[v] = max(mem[v], pm.peak)
             extra[v] = ex
@@ -338,7 +341,8 @@ def run(args) -> int:
                                                     peak=peak, attn=args.attn,
                                                     warmup=wl.requests[0] if wl.peer and peer is not None
                                                     else workloads[0].requests[0] if i == 0 or args.attn == "flex"
-                                                    else None, peer=peer))
+                                                    else None, peer=peer,
+                                                    progress=lambda line: print(line, flush=True)))
         w = result["workloads"][-1]
         if args.probe:
             w["order_probe"] = order_probe(engine, wl, args.probe)
