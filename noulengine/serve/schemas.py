@@ -23,6 +23,7 @@ The per-route question caps are server settings (``noulengine serve --max-questi
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -86,7 +87,7 @@ class ImageObject(BaseModel):
 
 
 ImageIn = Union[ImageObject, Annotated[str, StringConstraints(
-    pattern=rf"^data:(?:{'|'.join(m.replace('.', chr(92) + '.') for m in ALLOWED_MIME)});base64,{_B64}$")]]
+    pattern=rf"^data:(?:{'|'.join(map(re.escape, ALLOWED_MIME))});base64,{_B64}$")]]
 Images = Annotated[Union[Annotated[list[ImageIn], Field(max_length=MAX_IMAGES)], None], Field(
     description="Images, in order: `{type, data}` objects or base64 `data:` URLs (never paths or remote URLs). "
                 "A text-only model answers them 400 unsupported_modality.")]
