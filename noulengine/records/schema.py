@@ -229,12 +229,14 @@ def parse_question(fld: str, raw: Any, *, record_id: str | None = None) -> Quest
         if criteria is not None:
             if not isinstance(criteria, dict):
                 raise _fail(rid, cpath, "noul criteria must be an object keyed true/false or yes/no")
+            seen = set()
             for k, v in criteria.items():
                 key = _NOUL_KEYS.get(str(k).lower())
                 if key is None:
                     raise _fail(rid, f"{cpath}.{k}", "noul criteria keys must be true/false or yes/no")
-                if desc[key] is not None:
+                if key in seen:  # by key, not description: a null first must not make the rule order-dependent
                     raise _fail(rid, f"{cpath}.{k}", f"duplicate noul criterion for {key!r}")
+                seen.add(key)
                 desc[key] = _description(v, rid, f"{cpath}.{k}")
         descriptions = (desc["no"], desc["yes"])
     return Question(field=fld, type=qtype, instructions=instructions, labels=labels, descriptions=descriptions)

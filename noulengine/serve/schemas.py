@@ -5,9 +5,17 @@ other content types, the rule-naming 422 ``detail[]`` shape and the status codes
 fixes). These models declare what those parsers accept and what the routes answer, so that
 ``GET /openapi.json`` describes the service: clients generate bindings from it and
 schema-based fuzzers start from it (``tests/test_serve_openapi.py`` checks every answer of the
-service against it). A request the document admits can still be refused by rules no JSON
-Schema states (a noul question needs instructions or criteria; score keys must be exactly
-``0..n-1``; the prompt must fit the model's context): those answer 422 or 413 as documented.
+service against it, and that the service accepts every body the document admits).
+
+Every request rule JSON Schema can state is in the document: non-blank labels and instructions
+(``propertyNames``, ``pattern``), noul criteria keys one per side, score maps keyed exactly
+``0..n-1``, description types, counts. What no JSON Schema states is refused by the routes alone:
+422 for a non-finite number (``1e400``), a lone-surrogate escape, nesting deeper than 512,
+duplicate keys, an image that does not decode, an escalation budget above this server's, or a
+question a forced ``--readout`` cannot read (``label-token`` with labels whose first tokens
+collide in this model's vocabulary, ``symbols`` with more options than symbols); 400 for images on
+a text-only model, escalation on a server without an LLM, text the tokenizer refuses; 413 for a
+body, image or prompt over a limit.
 
 The per-route question caps are server settings (``noulengine serve --max-questions``):
 :func:`openapi_document` writes this server's caps into ``maxProperties``.
@@ -15,16 +23,33 @@ The per-route question caps are server settings (``noulengine serve --max-questi
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.json_schema import GenerateJsonSchema
 
+from noulengine.records.images import ALLOWED_MIME, MAX_IMAGES
 from noulengine.records.schema import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS
 
 # -- shared pieces ------------------------------------------------------------------------------
 
-NonBlank = Annotated[str, StringConstraints(pattern=r"\S")]
-"""A string with at least one non-whitespace character."""
+PY_WHITESPACE_CLASS = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+"""The characters ``str.strip()`` removes (``str.isspace``), as the inside of a regex class that
+Python and ECMA-262 read alike. The server calls a label or instructions blank by Python's rule;
+JSON Schema patterns are ECMA-262, whose ``\\s`` differs (it lacks U+001C-U+001F and U+0085 and
+adds U+FEFF), so ``\\S`` would admit a label the server refuses. A test checks it against
+``str.isspace`` over every code point."""
+
+NON_BLANK_PATTERN = f"[^{PY_WHITESPACE_CLASS}]"
+"""Matches a string with at least one character ``str.strip()`` keeps."""
+
+NonBlank = Annotated[str, StringConstraints(pattern=NON_BLANK_PATTERN)]
+"""A string with at least one non-whitespace character (Python's whitespace)."""
+
+_B64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
+"""Standard base64 as :func:`noulengine.records.images.strict_b64decode` takes it: no whitespace,
+padding only at the end, a length that is a multiple of 4."""
 
 JsonText = Union[str, dict[str, Any], list[Any]]
 """Text the engine reads: a string as it is, an object or array rendered as JSON."""
@@ -39,7 +64,7 @@ taken from the criteria (noul)."""
 
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
-_NON_BLANK_TEXT = {"anyOf": [{"type": "string", "pattern": r"\S"}, {"type": "object", "minProperties": 1},
+_NON_BLANK_TEXT = {"anyOf": [{"type": "string", "pattern": NON_BLANK_PATTERN}, {"type": "object", "minProperties": 1},
                              {"type": "array", "minItems": 1}]}
 _NOUL_NEEDS = {"anyOf": [
     {"required": ["instructions"], "properties": {"instructions": _NON_BLANK_TEXT}},
@@ -55,12 +80,15 @@ class ImageObject(BaseModel):
     """An image inline: its MIME type and base64 bytes (a ``data:`` URL in ``data`` is accepted too)."""
 
     model_config = ConfigDict(extra="allow")
-    type: Literal["image/png", "image/jpeg", "image/webp", "image/gif"]
-    data: str
+    type: Literal[ALLOWED_MIME]
+    data: Annotated[str, StringConstraints(pattern=rf"^(?:data:image/[a-z0-9.+-]+;base64,)?{_B64}$")] = Field(
+        description="Base64 (standard alphabet, padded), or a data: URL (its media type is not read: "
+                    "`type` says what the bytes are).")
 
 
-ImageIn = Union[ImageObject, Annotated[str, StringConstraints(pattern=r"^data:")]]
-Images = Annotated[Union[list[ImageIn], None], Field(
+ImageIn = Union[ImageObject, Annotated[str, StringConstraints(
+    pattern=rf"^data:(?:{'|'.join(map(re.escape, ALLOWED_MIME))});base64,{_B64}$")]]
+Images = Annotated[Union[Annotated[list[ImageIn], Field(max_length=MAX_IMAGES)], None], Field(
     description="Images, in order: `{type, data}` objects or base64 `data:` URLs (never paths or remote URLs). "
                 "A text-only model answers them 400 unsupported_modality.")]
 
@@ -118,14 +146,33 @@ class SystemOneRequest(BaseModel):
 
 # -- /v1/decide request (the canonical format) -------------------------------------------------
 
+_YES_KEY = "[Tt][Rr][Uu][Ee]|[Yy][Ee][Ss]"
+_NO_KEY = "[Ff][Aa][Ll][Ss][Ee]|[Nn][Oo]"
+# one key per side: two keys that are not both yes-side and not both no-side are one of each
+# (a key names its side whatever its description, null included)
+_ONE_PER_SIDE = {"anyOf": [{"maxProperties": 1}, {"allOf": [{"not": {"propertyNames": {"pattern": f"^({_YES_KEY})$"}}},
+                                                           {"not": {"propertyNames": {"pattern": f"^({_NO_KEY})$"}}}]}]}
+
+NoulCriteria = Annotated[dict[Annotated[str, StringConstraints(pattern=f"^({_YES_KEY}|{_NO_KEY})$")], Union[str, None]],
+                         Field(max_length=2, json_schema_extra=_ONE_PER_SIDE)]
+"""``true``/``false`` or ``yes``/``no`` keys (any case), at most one per side."""
+
+# exactly "0".."n-1" for one n in 2..MAX_SCORE_LEVELS: the required keys and no others
+_SCORE_KEYS_EXACT = {"anyOf": [{"required": [str(i) for i in range(n)], "maxProperties": n}
+                               for n in range(2, MAX_SCORE_LEVELS + 1)]}
+ScoreMap = Annotated[dict[Annotated[str, StringConstraints(pattern=f"^({'|'.join(map(str, range(MAX_SCORE_LEVELS)))})$")],
+                          Union[str, None]],
+                     Field(min_length=2, max_length=MAX_SCORE_LEVELS, json_schema_extra=_SCORE_KEYS_EXACT)]
+"""Level descriptions keyed exactly ``"0".."n-1"`` (any key order)."""
+
+
 class NoulQuestion(BaseModel):
     """A yes/no question; ``criteria`` keys are ``true``/``false`` or ``yes``/``no`` (any case, one per side)."""
 
     model_config = ConfigDict(extra="forbid")
     type: Literal["noul"]
     instructions: Instructions
-    criteria: Union[dict[Annotated[str, StringConstraints(pattern=r"^([Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee]|[Yy][Ee][Ss]|[Nn][Oo])$")],
-                         Union[str, None]], None] = None
+    criteria: Union[NoulCriteria, None] = None
     answer: Any = Field(None, description="Legacy gold label (evaluation only); never reaches the model.")
 
 
@@ -145,9 +192,7 @@ class ScoreQuestion(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["score"]
     instructions: Instructions
-    criteria: Union[Annotated[list[Union[str, None]], Field(min_length=2, max_length=MAX_SCORE_LEVELS)],
-                    Annotated[dict[Annotated[str, StringConstraints(pattern=r"^(0|[1-9])$")], Union[str, None]],
-                              Field(min_length=2, max_length=MAX_SCORE_LEVELS)]]
+    criteria: Union[Annotated[list[Union[str, None]], Field(min_length=2, max_length=MAX_SCORE_LEVELS)], ScoreMap]
     answer: Any = Field(None, description="Legacy gold label (evaluation only); never reaches the model.")
 
 
@@ -454,6 +499,25 @@ def _json(schema: dict) -> dict:
     return {"application/json": {"schema": schema}}
 
 
+class ClosedKeysJsonSchema(GenerateJsonSchema):
+    """pydantic's JSON Schema generator, with one change: an object whose key type has a pattern.
+
+    pydantic writes ``dict[Annotated[str, pattern], V]`` as ``patternProperties``, which admits
+    every key that does not match, with any value (a ``""`` label with a boolean description).
+    The routes refuse such keys, so here the pattern goes to ``propertyNames`` and ``V`` to
+    ``additionalProperties``, as pydantic itself validates the dict.
+    """
+
+    def dict_schema(self, schema):
+        out = super().dict_schema(schema)
+        patterns = out.pop("patternProperties", None)
+        if patterns:
+            (pattern, values), = patterns.items()  # one key type, one pattern
+            out["propertyNames"] = {**out.get("propertyNames", {}), "pattern": pattern}
+            out["additionalProperties"] = values
+        return out
+
+
 def component_schemas() -> dict:
     """Every model's JSON Schema (2020-12, as OpenAPI 3.1 takes it), keyed by component name."""
     from pydantic.json_schema import models_json_schema
@@ -461,7 +525,7 @@ def component_schemas() -> dict:
     models = {m for _, req, resp, _, _ in ROUTE_MODELS.values() for m in (req, resp) if m is not None}
     models |= {ValidationErrorResponse, ErrorResponse, *STREAM_EVENTS.values()}
     _, top = models_json_schema([(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
-                                ref_template="#/components/schemas/{model}")
+                                ref_template="#/components/schemas/{model}", schema_generator=ClosedKeysJsonSchema)
     return top["$defs"]
 
 
