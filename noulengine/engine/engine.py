@@ -236,7 +236,8 @@ class Engine:
             batch_tokens: padded-token budget per pass (default ``config.batch_tokens``).
             on_error: ``"record"`` returns a :class:`Decision` with ``error`` set for a bad
                 request (the others still get answers); ``"raise"`` raises the first error.
-            progress: optional callable ``progress(n_done_requests)`` called after each batch.
+            progress: optional callable ``progress(n_done_requests)`` called after each batch
+                (``self.last_batch`` then holds that batch's ``requests``, ``tokens``, ``seconds``).
             escalate: None, or an :class:`~noulengine.escalate.EscalationConfig`: after the
                 forward passes, every question under its confidence threshold is sent to that
                 OpenAI-compatible LLM (calls run concurrently across requests, bounded by
@@ -414,6 +415,7 @@ class Engine:
             for row, idx in enumerate(indices):
                 out[idx] = (per_row[row], dt)
             if progress is not None:
+                self.last_batch = {"requests": len(indices), "tokens": n_real, "seconds": dt}  # for the callback
                 progress(len(indices))
         self.last_padding_share = 1.0 - real / padded if padded else 0.0
         return out

@@ -11,6 +11,14 @@ from pathlib import Path
 
 
 PROG = "python -m noulengine.eval"
+EPILOG = """data and exit status:
+  each selected suite's data is looked for before the model loads (--source DIR, else
+  $NOULENGINE_DATA, else ../shared/data beside the clone; the layout: docs/evaluation.md#data).
+  exit 2: no selected suite has its data (the message names every folder tried and what each
+  suite expects where), or bad arguments. With some suites ready and some not, the ready ones run
+  and the others are reported unavailable: exit 0 when the suites came from the collection's
+  default list, exit 1 when --tasks named a suite (or a group holding one) that had no data.
+  exit 1 also when a suite failed."""
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -18,15 +26,18 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog=prog, description="Evaluate a model on pinned benchmark suites: prints a "
                                 "summary table and writes the full report (report.md), metrics.json, run.json and "
-                                "predictions.jsonl into --output.")
+                                "predictions.jsonl into --output.", epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", default="accuracy-v1", help="the suite collection (default accuracy-v1)")
     p.add_argument("--tasks", help="comma-separated suites or groups (default: the collection's list)")
     p.add_argument("--limit", type=int, help="the first N rows of each suite")
     p.add_argument("--sample", type=int, help="a fixed-seed sample of N rows of each suite")
     p.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
-    p.add_argument("--output", default="runs/latest", help="run folder (default runs/latest); an existing "
-                   "predictions.jsonl there is resumed")
-    p.add_argument("--source", help="raw data folder (default $NOULENGINE_DATA or ../shared/data)")
+    p.add_argument("--output", help="run folder (default runs/eval-HASH, HASH from the model and the run's settings, "
+                   "printed at the start: the same settings resume there, different ones never share it); an "
+                   "existing predictions.jsonl there is resumed")
+    p.add_argument("--source", help="raw data folder (default $NOULENGINE_DATA or ../shared/data); see the exit "
+                   "status below")
     p.add_argument("--chunk", type=int, default=64, help="requests handed to the engine at a time")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-plots", action="store_true", help="skip the reliability diagrams (no matplotlib needed)")
@@ -55,6 +66,27 @@ def _run_key(args, engine, tasks) -> dict:
 
     return run_key(engine.describe(), suite=args.suite, limit=args.limit, sample=args.sample, seed=args.seed,
                    tasks=tasks, worker=args.worker, workers=args.workers, probe=args.probe)
+
+
+def _check_data(names: list[str], source, *, named: bool) -> tuple[int | None, list[str]]:
+    """Look for each selected suite's data before the model loads.
+
+    Returns:
+        ``(exit status, missing_named)``: status 2 (with the message printed) when no suite has
+        its data, else None; ``missing_named``, the suites without data that ``--tasks`` named
+        (``named``), which make the run exit 1 once the others ran. A partial set is named on
+        stderr here, at the top of the run.
+    """
+    from noulengine.eval.suites.discovery import check_data, no_data_message, partial_data_note
+
+    check = check_data(names, source)
+    if not check.missing:
+        return None, []
+    if not check.runnable:
+        print(no_data_message(check), file=sys.stderr)
+        return 2, []
+    print(partial_data_note(check), file=sys.stderr)
+    return None, check.missing if named else []
 
 
 def _pct(x) -> str:
@@ -129,6 +161,9 @@ def _merge(args) -> int:
     if args.workers is None or args.worker is not None:
         print("error: --merge takes --workers N (the number of worker runs) and no --worker", file=sys.stderr)
         return 2
+    if not args.output:
+        print("error: --merge takes --output (the folder the worker runs printed at their start)", file=sys.stderr)
+        return 2
     out = Path(args.output)
     try:
         results, meta = merge_runs(out, args.workers, source=args.source, plots=not args.no_plots)
@@ -145,7 +180,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     args.prog, args.argv = prog, list(argv if argv is not None else sys.argv[1:])
     from noulengine.cli import engine_from_args, ray_config_from_args
     from noulengine.eval.report import git_revision, invocation_totals, library_versions, throughput
-    from noulengine.eval.run_state import InvocationLog, key_differences
+    from noulengine.eval.run_state import InvocationLog, Terminated, default_output, key_differences, sigterm_raises
     from noulengine.eval.runner import EvalConfig, run_eval
     from noulengine.eval.suites import expand_tasks
     from noulengine.eval.suites.errors import SuiteError
@@ -153,7 +188,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
     from noulengine.eval.shards import check_shard_args, worker_dir
     from noulengine.eval.suites import get_suite
-    from noulengine.threads import cli_threads
+    from noulengine.threads import busy_note, cli_threads
 
     if args.merge:
         if not args.no_plots:
@@ -170,7 +205,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         return 2
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     try:
-        expand_tasks(tasks, collection=args.suite)  # unknown names fail before the model loads
+        names = expand_tasks(tasks, collection=args.suite)  # unknown names fail before the model loads
         if not args.no_plots:
             require_matplotlib()  # not after an hour of inference
     except SuiteError as exc:
@@ -192,18 +227,26 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
               "without --workers/--worker (the predictions are resumed, only the escalation step runs)",
               file=sys.stderr)
         return 2
+    status, missing_named = _check_data(names, args.source, named=tasks is not None)
+    if status is not None:
+        return status
     ray_config = ray_config_from_args(args) if args.ray else None
+    busy = None
     if ray_config is None:
         threads = cli_threads(args.workers)  # NOULENGINE_THREADS, else the usable cores shared among --workers
+        busy = busy_note(threads)  # printed now, and again under the summary
     else:  # each actor runs --cpus-per-actor threads (noulengine.distributed.ray_data)
         threads = {"threads": max(1, int(ray_config.num_cpus)) if not ray_config.num_gpus else None,
                    "source": "--cpus-per-actor (each Ray actor)"}
-    out = Path(args.output) if args.workers is None else worker_dir(args.output, args.worker)
     revision = git_revision()  # the code that runs is the code checked out now, not at the end
     t_load = time.perf_counter()
     engine = engine_from_args(args)
     load_s = time.perf_counter() - t_load
     key = _run_key(args, engine, tasks)
+    base = Path(args.output) if args.output else default_output(key)
+    if not args.output:
+        print(f"output: {base} (from the model and the run's settings; --output DIR to choose)", file=sys.stderr)
+    out = base if args.workers is None else worker_dir(base, args.worker)
     key_path = out / "run_key.json"
     if key_path.is_file() and (out / "predictions.jsonl").is_file():
         old = json.loads(key_path.read_text())
@@ -232,15 +275,23 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     log = InvocationLog(out / "run.json", meta, {"started": started, "git_revision": revision, "model_load_s": load_s,
                                                  "threads": threads.get("threads")})
     log.update([], force=True)
+    log.start_heartbeat()  # a kill no handler sees loses at most one heartbeat of wall time
     t0 = time.perf_counter()
     try:
-        results = run_eval(engine, cfg, on_progress=log.update)
+        with sigterm_raises():
+            results = run_eval(engine, cfg, on_progress=log.update)
     except SuiteError as exc:
         log.close("failed")
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         log.close("interrupted")  # the predictions so far stay; rerun the same command to resume
+        raise
+    except Terminated:
+        log.close("terminated")  # as interrupted, by SIGTERM: its wall time runs to the signal
+        raise
+    except BaseException:
+        log.stop_heartbeat()  # a crash: run.json keeps the last heartbeat, as after a SIGKILL
         raise
     revision_at_end = git_revision()
     meta.update({"tasks": [r.name for r in results],
@@ -251,6 +302,12 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     meta["invocations"] = log.finish(results)
     meta["totals"] = invocation_totals(meta["invocations"])
     status = _finish(results, out, meta)
+    if busy:
+        print(busy, file=sys.stderr)  # beside the timings it explains
+    if missing_named:
+        print(f"error: --tasks named {', '.join(missing_named)}, which had no data (reported as unavailable); "
+              "the other suites ran", file=sys.stderr)
+        status = max(status, 1)
     if escalation is not None:
         from noulengine.eval.escalation import EscalationRunError, run_escalation_step, table_markdown
 

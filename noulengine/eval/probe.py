@@ -66,13 +66,16 @@ def with_probe(row: dict, probe: str | None, decision: dict | None) -> dict:
     return {**row, "probe": {probe: probe_result(decision)}}
 
 
-def decide_with_probe(engine, requests: list, probe: str | None) -> list[dict]:
+def decide_with_probe(engine, requests: list, probe: str | None, progress=None) -> list[dict]:
     """``engine.decide_batch`` on ``requests`` and, with a probe, their probe requests in the same
     call (extra requests packed into the same batches); returns one row dict per request, each
-    with its probe result attached."""
+    with its probe result attached. ``progress(n, total)`` is called after each forward pass with
+    the requests it ran and the call's ``total`` (probe requests included in both)."""
     extra = [(j, reversed_request(r)) for j, r in enumerate(requests)] if probe else []
     extra = [(j, r) for j, r in extra if r is not None]
-    decisions = [d.to_dict() for d in engine.decide_batch(list(requests) + [r for _, r in extra])]
+    total = len(requests) + len(extra)
+    decisions = [d.to_dict() for d in engine.decide_batch(
+        list(requests) + [r for _, r in extra], progress=None if progress is None else lambda n: progress(n, total))]
     rows = decisions[:len(requests)]
     if probe is None:
         return rows

@@ -109,11 +109,14 @@ def previous_invocations(run_json: Path) -> list[dict]:
 
 
 def invocation_totals(invocations: list[dict]) -> dict:
-    """Requests and inference seconds summed over every invocation that wrote into a run folder."""
+    """Requests, inference seconds and wall seconds summed over every invocation that wrote into a
+    run folder (``wall_s``: an interrupted invocation's runs to its kill or last heartbeat, so the
+    seconds of a batch lost to the kill count too; None when no invocation recorded one)."""
     req = sum(i["throughput"].get("requests") or 0 for i in invocations)
     sec = sum(i["throughput"].get("inference_seconds") or 0.0 for i in invocations)
+    walls = [i["wall_s"] for i in invocations if isinstance(i.get("wall_s"), (int, float))]
     return {"invocations": len(invocations), "requests": req, "inference_seconds": sec,
-            "requests_per_s": req / sec if req and sec else None}
+            "wall_s": sum(walls) if walls else None, "requests_per_s": req / sec if req and sec else None}
 
 
 _BUILT_IN_SLICES = ("suite", "type", "field", "category")  # noulengine.metrics.scorer.SLICE_DIMENSIONS (no torch here)
@@ -210,7 +213,7 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
         when = f"{inv['started']} (git `{inv.get('git_revision') or 'unknown'}`): " if inv.get("started") else ""
         if inv.get("worker") is not None:
             when = f"worker {inv['worker']}" + (f", {when}" if when else ": ")
-        stopped = inv.get("status") in ("interrupted", "failed")  # its rows stay in predictions.jsonl, its timing here
+        stopped = inv.get("status") in ("interrupted", "terminated", "failed")  # its rows stay in predictions.jsonl, its timing here
         if not t["requests"]:
             lines.append(f"- {when}{inv['status']} before any new prediction landed." if stopped else
                          f"- {when}no new requests (every row was already predicted; resumed).")
@@ -223,8 +226,9 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
                      f"p95 {_fmt(t['latency_p95_s'])} s.")
     tot = meta.get("totals")
     if tot and tot["invocations"] > 1:
+        wall = f" ({tot['wall_s']:.1f} s of wall time)" if tot.get("wall_s") is not None else ""
         lines.append(f"- all {tot['invocations']} invocations: {tot['requests']} requests in "
-                     f"{tot['inference_seconds']:.1f} s of inference.")
+                     f"{tot['inference_seconds']:.1f} s of inference{wall}.")
     lines += ["", "## Glossary", "", *[f"- {g}" for g in GLOSSARY]]
     (out_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return metrics

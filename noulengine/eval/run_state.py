@@ -11,13 +11,21 @@ flags as given, so old folders resume as before, and its key is then rewritten r
 ``run.json`` is written when an invocation starts (``status: running``) and updated as each
 batch of predictions lands, so an interrupted invocation keeps its timing: the next invocation
 lists it as ``interrupted`` with the requests it ran, and ``totals`` count every invocation.
+A heartbeat rewrites it every :data:`HEARTBEAT_S` seconds and SIGTERM/SIGINT close it at the
+signal, so an invocation's ``wall_s`` (and ``totals["wall_s"]``) include the batch a kill lost.
+
+A run given no ``--output`` writes to :func:`default_output`, a folder named by its run key.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import hashlib
 import json
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -29,6 +37,34 @@ LEGACY_KEY_FIELDS = ("suite", "model_sha256", "readout", "debias", "calibration"
 LEGACY_AS_GIVEN = ("readout", "calibration")
 # fields added to the key later: a key without one ran without that setting (None), legacy or not
 LATER_KEY_FIELDS = ("probe",)
+# seconds between two heartbeats of a running invocation: a SIGKILL loses at most this much of its wall time
+HEARTBEAT_S = 15.0
+
+
+class Terminated(SystemExit):
+    """SIGTERM, raised in the main thread (:func:`sigterm_raises`) so that the invocation is
+    recorded (``terminated``, its wall time to the signal) before the process exits 143."""
+
+    def __init__(self):
+        super().__init__(128 + signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+    """Within the block, SIGTERM raises :class:`Terminated` in the main thread (elsewhere, where
+    no handler can be set, nothing changes); the previous handler is restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def file_sha256(path) -> str | None:
@@ -64,6 +100,19 @@ def run_key(describe: dict, *, suite: str, limit, sample, seed, tasks=None, work
     if workers is not None:
         key.update({"tasks": tasks, "worker": worker, "workers": workers})
     return key
+
+
+def default_output(key: dict, root: str | Path = "runs") -> Path:
+    """The run folder of a run given no ``--output``: ``<root>/eval-<10 hex>``, a hash of its run
+    key (:func:`run_key`), so two runs with different settings never meet in one folder and the
+    same command resumes where it stopped.
+
+    The hash leaves out ``worker`` (the workers of one sharded run share the folder, each in its
+    ``worker-R/``) and the calibration's path (its sha256 is in the key).
+    """
+    ident = {k: v for k, v in key.items() if k not in ("worker", "calibration")}
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return Path(root) / f"eval-{digest}"
 
 
 def _same(field: str, a, b) -> bool:
@@ -161,38 +210,73 @@ class InvocationLog:
         self.results: list = []
         self.min_interval_s = min_interval_s
         self._last_write = 0.0
+        self._lock = threading.Lock()  # the heartbeat thread writes run.json too
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
 
     def invocations(self) -> list[dict]:
         return self.previous + [self.invocation]
 
     def update(self, results, *, force: bool = False) -> None:
         """Record the requests run so far (``results``: the runner's TaskResults) and write run.json."""
+        with self._lock:
+            self.results = results
+            self.invocation["throughput"] = self._throughput(results)
+            self.invocation["wall_s"] = time.perf_counter() - self.t0
+            now = time.perf_counter()
+            if not force and now - self._last_write < self.min_interval_s:
+                return
+            self._last_write = now
+            self._write("running")
+
+    def _write(self, status: str) -> None:
         from noulengine.eval.report import invocation_totals
 
-        self.results = results
-        self.invocation["throughput"] = self._throughput(results)
-        self.invocation["wall_s"] = time.perf_counter() - self.t0
-        now = time.perf_counter()
-        if not force and now - self._last_write < self.min_interval_s:
-            return
-        self._last_write = now
         invs = self.invocations()
-        write_json_atomic(self.path, {**self.base, "status": "running", "invocations": invs,
+        write_json_atomic(self.path, {**self.base, "status": status, "invocations": invs,
                                       "totals": invocation_totals(invs)})
+
+    def start_heartbeat(self, interval_s: float | None = None) -> None:
+        """Rewrite run.json every ``interval_s`` (default :data:`HEARTBEAT_S`) with this
+        invocation's wall time so far and ``heartbeat`` (UTC), from a daemon thread, until
+        :meth:`finish`: a kill that no handler sees (SIGKILL, power) loses at most one interval of
+        wall time, where without it the time since the last landed batch was lost."""
+        interval = HEARTBEAT_S if interval_s is None else interval_s
+
+        def beat():
+            while not self._stop.wait(interval):
+                with self._lock:
+                    if self._stop.is_set():
+                        return
+                    self.invocation["wall_s"] = time.perf_counter() - self.t0
+                    self.invocation["heartbeat"] = _utc_now()
+                    self._write("running")
+
+        self._heartbeat = threading.Thread(target=beat, name="run.json heartbeat", daemon=True)
+        self._heartbeat.start()
+
+    def stop_heartbeat(self) -> None:
+        """Stop the heartbeat (it writes nothing more); safe to call more than once."""
+        self._stop.set()
+        if self._heartbeat is not None and self._heartbeat is not threading.current_thread():
+            self._heartbeat.join()
 
     def finish(self, results, status: str = "finished") -> list[dict]:
         """Close this invocation; returns every invocation (for the final run.json, which the
         caller writes with the run's metrics)."""
+        self.stop_heartbeat()
         self.invocation["throughput"] = self._throughput(results)
         self.invocation["wall_s"] = time.perf_counter() - self.t0
         self.invocation["status"] = status
         return self.invocations()
 
     def close(self, status: str) -> None:
-        """End an invocation that will write no metrics (``failed``, ``interrupted``): record it,
-        with what it ran, in run.json now."""
-        from noulengine.eval.report import invocation_totals
+        """End an invocation that will write no metrics (``failed``, ``interrupted``,
+        ``terminated``): record it, with what it ran and its wall time to now, in run.json now."""
+        self.finish(self.results, status)
+        self.invocation["ended"] = _utc_now()
+        self._write(status)
 
-        invs = self.finish(self.results, status)
-        write_json_atomic(self.path, {**self.base, "status": status, "invocations": invs,
-                                      "totals": invocation_totals(invs)})
+
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -155,7 +155,7 @@ def run_eval(engine, config: EvalConfig, *, on_progress=None) -> list[TaskResult
         for name in names:
             suite, status = suites[name]
             res = TaskResult(name=name, status=status.state, reason=status.reason, licence=suite.licence,
-                             notes=suite.report_notes())
+                             notes=suite.report_notes(prepared=bool(status)))
             results.append(res)
             if not status:
                 res.status = "unavailable"
@@ -170,7 +170,9 @@ def run_eval(engine, config: EvalConfig, *, on_progress=None) -> list[TaskResult
             t0 = time.perf_counter()
             bar = tqdm(total=len(rows), initial=len(rows) - len(todo), desc=name, unit="req",
                        disable=not config.progress)
-            for part in _predictions(engine, todo, config):
+            meter = _BatchMeter(bar, engine)
+            for part in _predictions(engine, todo, config, meter):
+                tokens_before = res.input_tokens
                 for (i, rec), decision in part:
                     row = {"suite": name, "row": i, **decision}
                     sink.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
@@ -188,25 +190,77 @@ def run_eval(engine, config: EvalConfig, *, on_progress=None) -> list[TaskResult
                 res.seconds = time.perf_counter() - t0
                 if on_progress is not None:
                     on_progress(results)
-                bar.update(len(part))
+                meter.landed(len(part), res.input_tokens - tokens_before)
             bar.close()
             res.seconds = time.perf_counter() - t0
             score_task(res, rows, done, out_dir, plots=config.plots, probe=config.probe)
     return results
 
 
-def _predictions(engine, todo, config: EvalConfig):
+class _BatchMeter:
+    """Moves a suite's tqdm bar as the engine finishes each forward pass, not only when a chunk
+    of predictions lands (one chunk of long requests can take minutes), with the input tokens/s
+    of this invocation in the postfix.
+
+    The engine reports passes in requests of its call, probe requests included; the bar counts
+    rows, so a pass advances it by its share of the chunk's rows, and :meth:`landed` settles the
+    bar on the rows written.
+    """
+
+    def __init__(self, bar, engine):
+        self.bar, self.engine = bar, engine
+        self.t0 = time.perf_counter()
+        self.tokens = 0
+        self.chunk_rows = 0  # rows of the chunk in flight
+        self.ran = 0  # requests of the engine call run so far
+        self.shown = 0  # rows of the chunk the bar shows
+
+    def start(self, rows: int) -> None:
+        """A chunk of ``rows`` rows goes to the engine."""
+        self.chunk_rows, self.ran, self.shown = rows, 0, 0
+
+    def batch(self, n: int, total: int) -> None:
+        """The engine ran a pass of ``n`` of the call's ``total`` requests."""
+        self.ran += n
+        self.tokens += (getattr(self.engine, "last_batch", None) or {}).get("tokens", 0)
+        # never the whole chunk before it lands: the last rows appear when they are written
+        step = min(self.chunk_rows * self.ran // max(total, 1), self.chunk_rows - 1) - self.shown
+        if step > 0:
+            self.bar.update(step)
+            self.shown += step
+        self._postfix()
+
+    def landed(self, rows: int, tokens: int = 0) -> None:
+        """``rows`` rows were written (the bar catches up with them); ``tokens``, their input
+        tokens, count when no pass was reported for them (Ray actors run the passes)."""
+        if not self.ran:
+            self.tokens += tokens
+        self.bar.update(rows - self.shown)
+        self.shown = self.chunk_rows = self.ran = 0
+        self._postfix()
+
+    def _postfix(self) -> None:
+        dt = time.perf_counter() - self.t0
+        if self.tokens and dt > 0:
+            self.bar.set_postfix_str(f"{self.tokens / dt:,.0f} tok/s", refresh=True)
+
+
+def _predictions(engine, todo, config: EvalConfig, meter: _BatchMeter | None = None):
     """Yield lists of ``((row, record), Decision.to_dict())``: local chunks of ``config.chunk``
     requests, or, with ``config.ray``, each Ray batch as it finishes (one Dataset per suite).
 
     With ``config.probe`` each row's probe request runs beside it (in the same batches, or the
-    same Ray Dataset) and a row is yielded only with its probe result attached."""
+    same Ray Dataset) and a row is yielded only with its probe result attached. ``meter`` (local
+    runs) hears of every forward pass."""
     if config.ray is not None:
         yield from _ray_predictions(todo, config)
         return
     for start in range(0, len(todo), config.chunk):
         chunk = todo[start:start + config.chunk]
-        rows = decide_with_probe(engine, [rec.request for _, rec in chunk], config.probe)
+        if meter is not None:
+            meter.start(len(chunk))
+        rows = decide_with_probe(engine, [rec.request for _, rec in chunk], config.probe,
+                                 progress=None if meter is None else meter.batch)
         yield list(zip(chunk, rows))
 
 

@@ -140,9 +140,17 @@ class Suite:
         e.g. ``["level"]``), beside the built-in type, field and category slices."""
         return tuple(self.manifest.get("slices", ()))
 
-    def report_notes(self) -> list[str]:
-        """Notes every report on this suite must repeat (licence, hash caveats, ...)."""
+    def report_notes(self, *, prepared: bool = True) -> list[str]:
+        """Notes every report on this suite must repeat (licence, hash caveats, ...).
+
+        Args:
+            prepared: False for a suite reported unavailable: only the licence; the notes on the
+                prepared copy (its sha256 against the published one, its ids) are left out, as no
+                file was prepared to have them.
+        """
         notes = [f"licence: {self.licence}"]
+        if not prepared:
+            return notes
         if self.manifest.get("differs_from_published"):
             notes.append(f"the prepared file's sha256 {self.manifest.get('sha256')} differs from the published "
                          f"accuracy-v1 sha256 {self.manifest.get('published_sha256')}")
