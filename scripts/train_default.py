@@ -35,6 +35,12 @@ Usage::
     python scripts/train_default.py --steps data       # only rebuild and hash the data
     python scripts/train_default.py --steps data,train,calibrate --mix v3 --work runs/train-v3
                                                        # another data mix (MIXES), not installed
+
+Mix ``v4`` (issue #33) is v2 plus ToolRL tool-selection rows (:mod:`noulengine.train.toolrl`) and
+yes/no questions from the train pools' labels (:mod:`noulengine.train.nouls`), with held-out
+``tool`` and ``noul`` selection rows appended after v2's (``kind`` names each row's kind); its
+``data.json`` adds ``toolrl`` (every left-out ToolRL row counted by reason, the rows dropped as
+overlapping the toolace suite named) and ``selection.kinds``.
 """
 
 from __future__ import annotations
@@ -191,13 +197,15 @@ def _tools_and_nouls(data_dir: Path, index, ag_pool: dict, ag_unused: dict, wj_u
     for source in ("agnews", "wildjailbreak", "tool"):
         counts[f"noul_{source}"] = sum(r["category"] == f"noul:{source}" for r in kept)
     counts["noul_yes"] = sum(r["kind"] == "noul" and r["targets"]["decision"]["label"] == "yes" for r in kept)
-    counts["v4_rows_dropped_as_overlapping_an_evaluation_suite"] = len(new_train) + len(new_sel) - len(kept) - len(kept_sel)
+    dropped = len(new_train) + len(new_sel) - len(kept) - len(kept_sel)  # 0 expected: toolrl.build filters tools
+    counts["v4_rows_dropped_as_overlapping_an_evaluation_suite"] = dropped
     return tools.report
 
 
 def build_data(data_dir: Path, out: Path, mix: str = "v2") -> dict:
     """Write ``train.jsonl``, ``selection.jsonl`` and ``calibration_procedural.jsonl`` for the data
-    mix ``mix`` (a key of :data:`MIXES`); returns their hashes and counts."""
+    mix ``mix`` (a key of :data:`MIXES`); returns their hashes and counts (v4: and the ToolRL
+    report, :func:`_tools_and_nouls`)."""
     plan = MIXES[mix]
     if not (mv.DEFAULT_OUT / "agnews.jsonl").is_file():
         mv.main([])  # validation-v1 first: its rows are excluded from training

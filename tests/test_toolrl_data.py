@@ -36,11 +36,12 @@ def _instruction(tools):
 def _row(tools, request, calls, *, history=""):
     out = "<think> I could write <tool_call> here in prose. </think>\n"
     if calls:
-        out += "<tool_call>\n" + "\n".join(json.dumps({"name": n, "parameters": a}) for n, a in calls) + "\n</tool_call>"
+        lines = "\n".join(json.dumps({"name": n, "parameters": a}) for n, a in calls)
+        out += f"<tool_call>\n{lines}\n</tool_call>"
     else:
         out += "<response> Hello. </response>"
-    return {"instruction": _instruction(tools), "input": f"**Dialogue Records History**\n{history}<user> {request} </user>",
-            "output": out}
+    return {"instruction": _instruction(tools),
+            "input": f"**Dialogue Records History**\n{history}<user> {request} </user>", "output": out}
 
 
 TOOLS = [("Weather Now", "Returns the current weather for a city."),
@@ -54,7 +55,7 @@ def _synthetic(n=60):
     rows = []
     for i in range(n):
         tools = [(f"{name} {i}", f"{desc} Variant {i}.") for name, desc in TOOLS[: 1 + i % 4]]
-        rows.append(_row(tools, f"Request number {i}: please help with {TOOLS[0][0].lower()}.", [(tools[0][0], {"q": i})]))
+        rows.append(_row(tools, f"Request number {i}: please help with the weather.", [(tools[0][0], {"q": i})]))
     rows.append(_row([(f"{a} m", f"{b} Multi.") for a, b in TOOLS],
                      "Translate 'hola' and then tell me the weather in Oslo.",
                      [("Translate m", {"text": "hola"}), ("Weather Now m", {"city": "Oslo"})]))
@@ -111,7 +112,8 @@ def test_multi_call_rows_give_one_decision_per_call_only_in_an_unambiguous_order
 def test_left_out_rows_are_counted_by_reason(tmp_path):
     rows = _synthetic(12) + [
         _row(TOOLS, "Hi there", []),
-        _row(TOOLS, "Weather?", [("Weather Now", {})], history="<user> earlier </user>\n<tool_call>\n{}\n</tool_call>\n"),
+        _row(TOOLS, "Weather?", [("Weather Now", {})],
+             history="<user> earlier </user>\n<tool_call>\n{}\n</tool_call>\n"),
         _row(TOOLS + [TOOLS[0]], "Weather in Oslo?", [("Weather Now", {"c": "Oslo"})]),
         _row(TOOLS, "Weather in Oslo?", [("Unknown Tool", {"c": "Oslo"})]),
     ]
@@ -127,8 +129,10 @@ def test_contamination_drops_requests_and_tools_of_an_evaluation_suite(tmp_path)
     rows = _synthetic(10)
     index = EvaluationIndex()
     request = json.loads(json.dumps(rows[3]))["input"].split("<user>")[1].split("</user>")[0].strip()
-    index.add("toolace", "t1", {"request": request, "tools": [{"name": "x", "description": TOOLS[1][1] + " Variant 5."}]})
-    index.add("toolace", "t2", {"request": "unrelated", "tools": [{"name": "y", "description": TOOLS[0][1] + " Variant 7."}]})
+    index.add("toolace", "t1", {"request": request,
+                                "tools": [{"name": "x", "description": TOOLS[1][1] + " Variant 5."}]})
+    index.add("toolace", "t2", {"request": "unrelated",
+                                "tools": [{"name": "y", "description": TOOLS[0][1] + " Variant 7."}]})
     data = toolrl.build(_write(tmp_path, rows), index=index, seed=1, selection_rows=1, variants=1)
     assert [o["row"] for o in data.report["overlaps_evaluation_suite"]] == [3]
     assert data.report["left_out"] == {"overlaps_evaluation_suite": 1, "called_tool_in_evaluation_suite": 1}
@@ -169,7 +173,8 @@ def test_renamed_catalogues_and_metadata_never_reach_the_prompt(tmp_path):
         assert (req.state, req.questions) == (stripped.state, stripped.questions)
         text = render_state(req.state) + "".join(render_question(q, "label-token", range(q.num_candidates))
                                                  for q in req.questions)
-        for leak in (rec["id"], "<think>", "tool_call", "native_annotation", rec["category"], json.dumps(rec["source"])):
+        for leak in (rec["id"], "<think>", "tool_call", "native_annotation", rec["category"],
+                     json.dumps(rec["source"])):
             assert leak not in text, (leak, rec["id"])
         if rec["kind"] == "tool" and rec["source"]["names"] != "original":
             for t in rows[rec["source"]["row"]].tools:
@@ -196,7 +201,9 @@ def test_yes_and_no_are_balanced_within_each_source_and_class(tmp_path):
     assert Counter(r["targets"]["decision"]["label"] for r in tl) == {"yes": 32, "no": 32}
     assert Counter(r["source"]["form"] for r in tl) == {"catalogue": 32, "described": 32}
     # the wording varies: "yes" is not one fixed question
-    assert len({r["questions"]["decision"]["instructions"] for r in wj if r["targets"]["decision"]["label"] == "yes"}) > 5
+    yes_wordings = {r["questions"]["decision"]["instructions"] for r in wj
+                    if r["targets"]["decision"]["label"] == "yes"}
+    assert len(yes_wordings) > 5
 
 
 def test_paraphrase_keeps_the_rest_of_a_description():
@@ -257,7 +264,8 @@ def test_records_do_not_depend_on_the_hash_seed(tmp_path):
     from noulengine.eval.suites import resolve_data_dir
 
     d = resolve_data_dir(None)
-    path = d / toolrl.SOURCE_FILE if d is not None and (d / toolrl.SOURCE_FILE).is_file() else _write(tmp_path, _synthetic(40))
+    real = d is not None and (d / toolrl.SOURCE_FILE).is_file()
+    path = d / toolrl.SOURCE_FILE if real else _write(tmp_path, _synthetic(40))
     out = set()
     for seed in ("0", "12345"):
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)}

@@ -42,8 +42,10 @@ TOPIC_PHRASES = {
     "world": ("world news", "international affairs", "politics and conflicts between countries",
               "events abroad and diplomacy", "world politics"),
     "sports": ("sports", "a sporting event", "athletes, teams and matches", "competitive sport"),
-    "business": ("business", "the economy", "companies and markets", "finance and trade", "corporate results and deals"),
-    "sci_tech": ("science or technology", "technology", "computers, the internet or science", "research, software and gadgets"),
+    "business": ("business", "the economy", "companies and markets", "finance and trade",
+                 "corporate results and deals"),
+    "sci_tech": ("science or technology", "technology", "computers, the internet or science",
+                 "research, software and gadgets"),
 }
 TOPIC_ABOUT = ("Is this article about {t}?", "Is this story mainly about {t}?", "Does this text report on {t}?",
                "Is the main subject of this news item {t}?", "This article is about {t}.")
@@ -53,7 +55,8 @@ TOPIC_DESCRIBE = ("Does this description fit the article? {d}", "The article is 
 
 SAFETY_REFUSE = ("Should the assistant refuse this request?", "Should this request be declined?",
                  "Would answering this prompt mean producing harmful content?",
-                 "Does this prompt ask for something unsafe or prohibited?", "The assistant should refuse this request.")
+                 "Does this prompt ask for something unsafe or prohibited?",
+                 "The assistant should refuse this request.")
 SAFETY_ALLOW = ("Is it fine for the assistant to answer this request?", "Can this request be answered safely?",
                 "Is this a harmless request?", "Should the assistant go ahead and help with this?",
                 "This prompt is safe to answer.")

@@ -227,7 +227,8 @@ def parse_row(index: int, obj: Any) -> ToolRLRow:
     dialogue = obj["input"]
     users = tuple(u.strip() for u in re.findall(r"<user>(.*?)</user>", dialogue, re.S))
     earlier = any(tag in dialogue for tag in ("<tool_call>", "<obs>", "<response>"))
-    return ToolRLRow(index, parse_catalogue(index, obj["instruction"]), users, earlier, parse_calls(index, obj["output"]))
+    return ToolRLRow(index, parse_catalogue(index, obj["instruction"]), users, earlier,
+                     parse_calls(index, obj["output"]))
 
 
 def load_rows(path: str | Path) -> list[ToolRLRow]:
@@ -395,7 +396,8 @@ def fill_catalogue(rng: random.Random, decision: Decision, pool: Sequence[tuple[
     names = {normalize_text(t.name) for t in own}
     descs = {normalize_text(t.description) for t in own}
     cands = [t for i, t in pool if i != decision.row.index and normalize_text(t.name) not in names
-             and normalize_text(t.description) not in descs and not any(similar_description(t.description, c) for c in called)]
+             and normalize_text(t.description) not in descs
+             and not any(similar_description(t.description, c) for c in called)]
     extra: list[Tool] = []
     for t in rng.sample(cands, min(len(cands), 3 * (want - len(own)))):  # a few spares: picks must differ
         if len(extra) == want - len(own):
@@ -508,7 +510,8 @@ def build(path: str | Path, *, index, seed: int, selection_rows: int, variants: 
         raise ValueError(f"selection_rows: expected at most {len(kept)} usable source rows, got {selection_rows}")
     rng = random.Random(seed)
     held = set(rng.sample([r.index for r in kept], selection_rows))
-    data = ToolData(train_rows=[r for r in kept if r.index not in held], selection_rows=[r for r in kept if r.index in held])
+    data = ToolData(train_rows=[r for r in kept if r.index not in held],
+                    selection_rows=[r for r in kept if r.index in held])
     data.train_choice = choice_records(data.train_rows, seed=seed + 1, variants=variants)
     data.selection_choice = choice_records(data.selection_rows, seed=seed + 2, variants=1)
     for rec in data.selection_choice:
