@@ -35,6 +35,12 @@ Usage::
     python scripts/train_default.py --steps data       # only rebuild and hash the data
     python scripts/train_default.py --steps data,train,calibrate --mix v3 --work runs/train-v3
                                                        # another data mix (MIXES), not installed
+
+Mix ``v4`` (issue #33) is v2 plus ToolRL tool-selection rows (:mod:`noulengine.train.toolrl`) and
+yes/no questions from the train pools' labels (:mod:`noulengine.train.nouls`), with held-out
+``tool`` and ``noul`` selection rows appended after v2's (``kind`` names each row's kind); its
+``data.json`` adds ``toolrl`` (every left-out ToolRL row counted by reason, the rows dropped as
+overlapping the toolace suite named) and ``selection.kinds``.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +67,7 @@ from noulengine.eval.suites import get_suite, resolve_data_dir  # noqa: E402
 from noulengine.eval.suites.hashing import short_id, write_jsonl  # noqa: E402
 from noulengine.models.embedded import EMBEDDED_BASES, embedded_base  # noqa: E402
 from noulengine.models.loading import DEFAULT_ADAPTER_DIR, sha256_file  # noqa: E402
-from noulengine.train import procedural, scenarios  # noqa: E402
+from noulengine.train import nouls, procedural, scenarios, toolrl  # noqa: E402
 from noulengine.train.reworded import frame_prompt, reword_safety, reword_topic  # noqa: E402
 
 WORK = REPO / "runs" / "train-default"
@@ -88,7 +95,25 @@ MIXES = {
            "scenario_selection": 0, "scenario_calibration": 0},
     "v3": {"name": "noul-smollm2-135m-v3", "procedural": 1300, "scenarios": 600,
            "framed": {"benign": 120, "vanilla_harmful": 60}, "scenario_selection": 50, "scenario_calibration": 100},
+    # v4 = v2 + train-side tool selection (noulengine.train.toolrl) and yes/no questions about text
+    # (noulengine.train.nouls); counts and their reasons: V4 below and docs/training.md.
+    "v4": {"name": "noul-smollm2-135m-v4", "procedural": PROCEDURAL_ROWS, "scenarios": 0, "framed": {},
+           "scenario_selection": 0, "scenario_calibration": 0, "tools_and_nouls": True},
 }
+# v4's extra rows (issue #33 items 1-2), each drawn with its own seed, so v2 and v3 stay byte-identical.
+# * tools: ToolRL's usable rows give 300 train decisions from 251 source rows (the rest held out for
+#   selection or left out by rule; the data report counts each reason). Each is asked 3 times, once per
+#   name policy (names kept, masked as Hammer masks them, neutral codes), so the same request is seen with
+#   names that carry no meaning: 900 rows, about a fifth of v2, enough to weigh against v2's 800 AG News /
+#   600 WildJailbreak rows without drowning them (the toolace suite is one of seven).
+# * nouls: 1,000 yes/no rows (AG News 400 = 100 per topic, WildJailbreak 300, tools 300): v2 asks about
+#   250 yes/no questions on text (the reworded share), and its P(yes) stays near 0.5 on real questions;
+#   1,000 balanced rows quadruple that while staying under a quarter of the mix.
+# * selection (held out from the same pools, disjoint from every training row): one record per held-out
+#   tool decision (40 source rows) and 60 nouls per source, enough for accuracy per kind and a yes/no AUC.
+V4 = {"tool_selection_rows": 40, "tool_variants": 3, "noul": {"agnews": 400, "wildjailbreak": 300, "tool": 300},
+      "noul_selection": {"agnews": 60, "wildjailbreak": 60, "tool": 60}}
+TOOLRL_SEED = SEED + 30  # split and choice records; nouls +1 (train) and +2 (selection)
 SCENARIO_SEED = SEED + 10  # train; +1 selection, +2 calibration
 FRAMED_SEED = SEED + 20
 TRAIN_ARGS = ["--method", "lora", "--lora-layers", "12", "--lora-r", "16", "--lora-alpha", "32", "--lr", "1e-3",
@@ -114,9 +139,73 @@ def _validation_rows(name: str, role: str) -> list[dict]:
         return [r for r in (json.loads(line) for line in fh if line.strip()) if r["validation_role"] == role]
 
 
+def _tools_and_nouls(data_dir: Path, index, ag_pool: dict, ag_unused: dict, wj_unused: dict, rows: list[dict],
+                     selection: list[dict], counts: dict) -> dict:
+    """v4's extra rows: ToolRL tool decisions and yes/no questions (:data:`V4`), appended to ``rows``
+    (training) and ``selection`` (held out, ``validation_role`` set), counted in ``counts``.
+
+    AG News and WildJailbreak rows come from ``ag_unused``/``wj_unused`` (train-pool rows that are
+    not validation-v1 rows, not test texts and not used by the v2 rows); train and selection take
+    disjoint samples. Every new row is checked against ``index`` (the evaluation suites) once more.
+
+    Returns:
+        the ToolRL data report (:attr:`noulengine.train.toolrl.ToolData.report`).
+
+    Raises:
+        ValueError: a pool too small for :data:`V4`'s counts, or a repeated id.
+    """
+    tools = toolrl.build(data_dir / toolrl.SOURCE_FILE, index=index, seed=TOOLRL_SEED,
+                         selection_rows=V4["tool_selection_rows"], variants=V4["tool_variants"])
+    trng, srng = random.Random(TOOLRL_SEED + 1), random.Random(TOOLRL_SEED + 2)
+    n, n_sel = V4["noul"], V4["noul_selection"]
+
+    def take(pool: list, k: int, k_sel: int, what: str) -> tuple[list, list]:
+        if k + k_sel > len(pool):
+            raise ValueError(f"v4 {what}: expected at least {k + k_sel} unused train-pool rows, got {len(pool)}")
+        picked = trng.sample(pool, k + k_sel)
+        return picked[:k], picked[k:]
+
+    ag_items: tuple[list, list] = ([], [])
+    for label in sorted(ag_unused):
+        train, held = take(ag_unused[label], n["agnews"] // 4, n_sel["agnews"] // 4, f"agnews {label}")
+        for side, picked in zip(ag_items, (train, held)):
+            side += [(f"agnews_train:{i}", ag_pool[i][0], label) for i in picked]
+    wj_items: tuple[list, list] = ([], [])
+    shares = {"benign": 2, "adversarial_harmful": 1, "vanilla_harmful": 1}  # half benign, half harmful
+    for kind, share in shares.items():
+        train, held = take(wj_unused[kind], n["wildjailbreak"] * share // 4, n_sel["wildjailbreak"] * share // 4,
+                           f"wildjailbreak {kind}")
+        for side, picked in zip(wj_items, (train, held)):
+            side += [(f"wildjailbreak_train:{rid}", prompt, label) for rid, prompt, label in picked]
+    new_train = (tools.train_choice + nouls.topic_nouls(trng, ag_items[0]) + nouls.safety_nouls(trng, wj_items[0])
+                 + nouls.tool_nouls(trng, tools.train_rows, n["tool"]))
+    new_sel = (tools.selection_choice + nouls.topic_nouls(srng, ag_items[1]) + nouls.safety_nouls(srng, wj_items[1])
+               + nouls.tool_nouls(srng, tools.selection_rows, n_sel["tool"]))
+    for rec in new_sel:
+        rec["validation_role"] = "selection"
+    ids = [r["id"] for r in rows + new_train + new_sel]
+    if len(ids) != len(set(ids)):
+        raise ValueError(f"v4: {len(ids) - len(set(ids))} repeated record ids")
+    kept = [r for r in new_train if index.overlap(r["id"], r["state"]) is None]
+    kept_sel = [r for r in new_sel if index.overlap(r["id"], r["state"]) is None]
+    rows += kept
+    selection += kept_sel
+    counts["toolrl_source_rows_dropped_as_overlapping_an_evaluation_suite"] = len(
+        tools.report["overlaps_evaluation_suite"])
+    counts["toolrl_source_rows_left_out"] = sum(tools.report["left_out"].values())
+    counts["toolrl_choice"] = sum(r["kind"] == "tool" for r in kept)
+    for source in ("agnews", "wildjailbreak", "tool"):
+        counts[f"noul_{source}"] = sum(r["category"] == f"noul:{source}" for r in kept)
+    counts["noul_yes"] = sum(r["kind"] == "noul" and r["targets"]["decision"]["label"] == "yes" for r in kept)
+    dropped = len(new_train) + len(new_sel) - len(kept) - len(kept_sel)  # 0 expected: toolrl.build filters tools
+    counts["v4_rows_dropped_as_overlapping_an_evaluation_suite"] = dropped
+    return tools.report
+
+
 def build_data(data_dir: Path, out: Path, mix: str = "v2") -> dict:
     """Write ``train.jsonl``, ``selection.jsonl`` and ``calibration_procedural.jsonl`` for the data
-    mix ``mix`` (a key of :data:`MIXES`); returns their hashes and counts."""
+    mix ``mix`` (a key of :data:`MIXES`); returns their hashes and counts (v4: and the ToolRL
+    report, :func:`_tools_and_nouls`)."""
     plan = MIXES[mix]
     if not (mv.DEFAULT_OUT / "agnews.jsonl").is_file():
         mv.main([])  # validation-v1 first: its rows are excluded from training
@@ -130,10 +219,13 @@ def build_data(data_dir: Path, out: Path, mix: str = "v2") -> dict:
     pool = mv.agnews_pool(data_dir)
     near = mv.agnews_near_duplicates(data_dir / mv.AGNEWS_FILES[2])
     test_texts = mv.test_texts("agnews", data_dir)
+    ag_unused: dict[str, list[int]] = {}
     for label in ag.CRITERIA:
         cands = sorted(i for i, (t, lab) in pool.items() if lab == label and i not in near
                        and short_id(f"agnews_train:{i}") not in held_out and mv.normalize(t) not in test_texts)
         picked = rng.sample(cands, sum(AGNEWS_PER_TOPIC.values()))
+        used_ag = set(picked)
+        ag_unused[label] = [i for i in cands if i not in used_ag]  # v4's noul rows come from these
         n_suite = AGNEWS_PER_TOPIC["suite"]
         for j, i in enumerate(picked):
             rid = short_id(f"agnews_train:{i}")
@@ -201,6 +293,10 @@ def build_data(data_dir: Path, out: Path, mix: str = "v2") -> dict:
         rows += scen
         counts["scenarios"] = len(scen)
         counts["scenario_questions"] = sum(len(r["questions"]) for r in scen)
+    extra_selection: list[dict] = []
+    report = None
+    if plan.get("tools_and_nouls"):
+        report = _tools_and_nouls(data_dir, index, pool, ag_unused, unused, rows, extra_selection, counts)
     rng.shuffle(rows)
     out.mkdir(parents=True, exist_ok=True)
     files = {"train": write_jsonl(out / "train.jsonl", rows)}
@@ -213,6 +309,7 @@ def build_data(data_dir: Path, out: Path, mix: str = "v2") -> dict:
     for rec in scenarios.generate(plan["scenario_selection"], seed=SCENARIO_SEED + 1):
         rec["validation_role"] = "selection"
         selection.append(rec)
+    selection += extra_selection  # after v2's rows: the flip-rate rows (the first 200) stay AG News
     files["selection"] = write_jsonl(out / "selection.jsonl", selection)
     calibration = []
     for rec in procedural.generate(CALIBRATION_PROCEDURAL, seed=SEED + 2):
@@ -228,6 +325,9 @@ def build_data(data_dir: Path, out: Path, mix: str = "v2") -> dict:
     info = {k: {"path": str(p), "sha256": sha256_file(p), "rows": sum(1 for _ in p.open())}
             for k, p in files.items()}
     info["train"]["sources"] = counts
+    if report is not None:
+        info["selection"]["kinds"] = dict(sorted(Counter(r.get("kind", "v2") for r in selection).items()))
+        info["toolrl"] = report
     info["mix"] = mix
     (out / "data.json").write_text(json.dumps(info, indent=1) + "\n")
     return info
