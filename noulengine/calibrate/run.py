@@ -101,7 +101,9 @@ def run_calibration(engine, vset: ValidationSet, *, group_by: str = "type+option
         "format": FORMAT, "version": VERSION,
         "model": identity.to_dict() if identity is not None else None,
         "readout": engine.config.readout, "debias": engine.config.debias,
-        "layout": engine.compiler.layout, "prompt_version": engine.compiler.prompt_version,
+        # an engine-like object without a compiler (a stand-in in tests) was state-first
+        "layout": getattr(getattr(engine, "compiler", None), "layout", "state-first"),
+        "prompt_version": getattr(getattr(engine, "compiler", None), "prompt_version", None),
         "group_by": group_by, "min_rows": min_rows, "bounds": list(bounds),
         "groups": {g: gf.to_dict() for g, gf in sorted(fits.items())},
         "validation_files": list(vset.files),
