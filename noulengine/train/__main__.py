@@ -1,7 +1,9 @@
 """``python -m noulengine.train`` / ``noulengine train`` / ``accelerate launch -m noulengine.train``.
 
 Flags are generated from :class:`noulengine.train.trainer.TrainConfig` (``--batch-tokens`` for
-``batch_tokens``); bad rows exit 2 listing every row with file, line, id, field and rule.
+``batch_tokens``); bad rows exit 2 listing every row with file, line, id, field and rule; a run
+paused by ``--stop-after``, SIGTERM or SIGINT saves a checkpoint and exits 75 (resumable: rerun
+the same command with ``--resume OUTPUT``).
 """
 
 from __future__ import annotations
@@ -71,6 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     except (TrainingDataError, FileExistsError, FileNotFoundError, ModelNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if result.stopped:
+        from noulengine.train.checkpoint import EXIT_RESUMABLE
+
+        if result.checkpoint is not None:  # the main process: the one that saved it
+            print(f"paused ({result.stopped}) after update {result.step} of {result.total}: checkpoint saved in "
+                  f"{result.checkpoint}; resumable: run the same command with --resume {result.output}",
+                  file=sys.stderr)
+        return EXIT_RESUMABLE
     if result.training:
         print(summary_text(result.training, result.output, threads=threads["threads"]))
     return 0

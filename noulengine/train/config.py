@@ -43,6 +43,15 @@ class TrainConfig:
         warmup_ratio: share of steps with linear warm-up.
         max_grad_norm: gradient clipping norm (0: none).
         max_steps: stop after this many optimizer steps (None: all epochs).
+        stop_after: pause after this many updates of the run (counted from the start, resumed ones
+            included): save a checkpoint and exit resumable; the schedule still ends at max_steps
+            (None: run to the end).
+        checkpoint_every: save a checkpoint into <output>/checkpoint/ every N updates (None: only
+            at --stop-after, SIGTERM or SIGINT).
+        resume: continue from the checkpoint in this folder (a run's output folder or its
+            checkpoint/ folder); every other setting and the data must be the checkpoint's.
+        eval_every: score the selection rows every K updates, per kind (the rows' category): a
+            learning curve in training.json and <output>/learning_curve.jsonl (None: only per epoch).
         merge: save LoRA merged into full weights instead of an adapter.
         device: cuda | cpu | None (CUDA when available).
         name: model name recorded in training.json (default: the output folder's name).
@@ -77,6 +86,10 @@ class TrainConfig:
     warmup_ratio: float = 0.05
     max_grad_norm: float = 1.0
     max_steps: int | None = None
+    stop_after: int | None = None
+    checkpoint_every: int | None = None
+    resume: str | None = None
+    eval_every: int | None = None
     merge: bool = False
     device: str | None = None
     name: str | None = None
@@ -97,5 +110,8 @@ class TrainConfig:
             raise ValueError(f"layout must be 'state-first' or 'schema-first', got {self.layout!r}")
         if not 0.0 <= self.permute_share <= 1.0:
             raise ValueError(f"permute_share must be in [0, 1], got {self.permute_share}")
+        for name in ("max_steps", "stop_after", "checkpoint_every", "eval_every"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")
         if self.lr is None:
             self.lr = DEFAULT_LR[self.method]

@@ -14,6 +14,11 @@ Loop (one optimizer update per batch):
    is kept;
 5. save the adapter (or weights) and ``training.json``.
 
+Resumable (:mod:`noulengine.train.checkpoint`): a checkpoint is saved every ``checkpoint_every``
+updates, at ``stop_after`` and at SIGTERM/SIGINT (the update under way finishes first); ``resume``
+continues from one, and a run stopped and resumed ends with the same weights and logs as one run.
+With ``eval_every`` the selection rows are scored per kind every K updates (a learning curve).
+
 Data parallel: launched with ``torchrun --nproc_per_node N -m noulengine.train ...`` (CPU, gloo)
 or ``accelerate launch --multi_gpu --num_processes N -m noulengine.train ...`` (GPUs), the
 ``accelerate.Accelerator`` picks up the process group; each process takes
@@ -27,6 +32,9 @@ import dataclasses
 import json
 import math
 import random
+import shutil
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +43,7 @@ import torch
 
 from noulengine.compile.render import prompt_version
 from noulengine.models.tokenizer_probe import probe_record
+from noulengine.train import checkpoint as ckpt
 from noulengine.train.config import TrainConfig  # noqa: F401 - re-exported (noulengine.train.TrainConfig)
 from noulengine.train.data import TrainingDataError, load_training_rows
 from noulengine.train.loss import batch_losses, compile_example
@@ -53,6 +62,10 @@ class TrainResult:
     output: Path
     training: dict = field(default_factory=dict)
     model: object = None
+    stopped: str | None = None  # why the run paused before its end ("stop_after", "SIGTERM", "SIGINT")
+    checkpoint: Path | None = None  # where it saved its checkpoint then (resume with config.resume)
+    step: int = 0  # updates done
+    total: int = 0  # updates the run makes in all
 
 
 def _lr_lambda(total: int, warmup: int):
@@ -90,9 +103,30 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
 
     Raises:
         TrainingDataError: any training or selection row breaks a rule (all are listed).
-        FileExistsError: ``output`` exists and is not empty.
+        FileExistsError: ``output`` exists and is not empty (unless it holds the resumed checkpoint).
+        FileNotFoundError: ``resume`` holds no checkpoint.
+        ValueError: the resumed checkpoint was made with other settings or data (each one named).
         noulengine.models.loading.ModelNotFoundError: ``model`` names nothing loadable.
+
+    A run that pauses (``stop_after``; SIGTERM or SIGINT, which only raise a flag while it runs,
+    in the main thread) finishes the update under way, saves a checkpoint and returns a result
+    with ``stopped`` set and nothing else written (the CLI exits with
+    :data:`noulengine.train.checkpoint.EXIT_RESUMABLE`); the previous handlers are restored on return.
     """
+    signalled: list[str] = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda num, frame: signalled.append(signal.Signals(num).name))
+    try:
+        return _train(config, evaluation_index=evaluation_index, accelerator=accelerator, signalled=signalled)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, signalled=()) -> TrainResult:
+    """:func:`train` without the signal handlers (``signalled`` collects the signals caught)."""
     from accelerate import Accelerator
 
     from noulengine.engine.engine import Engine
@@ -106,7 +140,9 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
     t_start = time.perf_counter()
     revision = git_revision()  # read at the start: commits made during a long run must not be credited
     output = Path(config.output)
-    if output.exists() and any(output.iterdir()):
+    resume_from = ckpt.find_checkpoint(config.resume) if config.resume else None
+    continuing = resume_from is not None and resume_from.parent.resolve() == output.resolve()
+    if output.exists() and any(output.iterdir()) and not continuing:
         raise FileExistsError(f"--output {output} exists and is not empty; choose a new folder")
     if accelerator is None:
         dev = pick_device(config.device)
@@ -123,6 +159,11 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
         sel_rows = load_training_rows(config.selection, index=index, role="selection")
         if config.selection_limit is not None:
             sel_rows = sel_rows[:config.selection_limit]
+
+    data_sha256 = {"train": _sha256(config.data), "selection": _sha256(config.selection) if config.selection else None}
+    resumed = None
+    if resume_from is not None:  # checked before the model loads: a wrong command fails at once
+        resumed = ckpt.load_checkpoint(resume_from, settings=ckpt.pinned_settings(config), data_sha256=data_sha256)
 
     _seed_everything(config.seed)
     loaded = load_model(config.model, dtype=torch.float32, device=device)
@@ -152,25 +193,82 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(total, int(config.warmup_ratio * total)))
 
-    curve, epochs_log = [], []
+    curve, epochs_log, learning = [], [], []
     best = None
     step = 0
+    seen_examples = 0
+    start_epoch = start_batch = 0
+    ep_acc = [0.0, 0.0, 0.0]  # the epoch so far: loss x questions, questions, correct
+    train_s_before = 0.0  # training seconds of the runs this one resumes
+    if resumed is not None:
+        meta, state = resumed
+        load_trainable_state(model, state["trainable"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        ckpt.set_rng_state(state["rng"])
+        p = state["progress"]
+        curve, epochs_log, learning = p["curve"], p["epochs"], p["learning_curve"]
+        step, seen_examples, ep_acc, train_s_before = p["step"], p["seen_examples"], p["epoch_sums"], p["train_s"]
+        start_epoch, start_batch = meta["epoch"], meta["batch"]
+        if p["best"] is not None:
+            best = (p["best"]["nll"], p["best"]["epoch"], p["best"]["trainable"])
+        if main:
+            print(json.dumps({"resumed": {"from": str(resume_from), "step": step, "of": total,
+                                          "epoch": start_epoch + 1, "batch": start_batch}}), flush=True)
     bar = None
     if config.progress and main:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, desc="train", unit="step", dynamic_ncols=True)
+        bar = tqdm(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True)
+
+    def save(epoch: int, batch: int) -> Path | None:
+        """Checkpoint after the current update; ``batch`` is the next one's index in this process's share."""
+        if not main:
+            return None
+        meta = {"step": step, "total": total, "epoch": epoch, "batch": batch, "settings": ckpt.pinned_settings(config),
+                "data_sha256": data_sha256}
+        progress = {"curve": curve, "epochs": epochs_log, "learning_curve": learning, "step": step,
+                    "seen_examples": seen_examples, "epoch_sums": ep_acc,
+                    "train_s": train_s_before + time.perf_counter() - t_train,
+                    "best": None if best is None else {"nll": best[0], "epoch": best[1], "trainable": best[2]}}
+        state = {"trainable": trainable_state(model), "optimizer": optimizer.state_dict(),
+                 "scheduler": scheduler.state_dict(), "rng": ckpt.rng_state(), "progress": progress}
+        return ckpt.save_checkpoint(output, meta, state)
+
+    def learning_point() -> None:
+        """Selection metrics per kind now; the RNG states are put back so scoring never changes training."""
+        if not (main and sel_rows and config.eval_every):
+            return
+        rng = ckpt.rng_state()
+        model.eval()
+        point = {"step": step, **_selection_by_kind(engine, sel_rows)}
+        model.train()
+        ckpt.set_rng_state(rng)
+        learning.append(point)
+        output.mkdir(parents=True, exist_ok=True)
+        # rewritten whole: after a resume it holds exactly the checkpoint's points and the new ones
+        (output / "learning_curve.jsonl").write_text("".join(json.dumps(x) + "\n" for x in learning), encoding="utf-8")
+        print(json.dumps({"learning_curve": {"step": step, "accuracy": point["all"].get("accuracy"),
+                                             "by_kind": {k: m.get("accuracy") for k, m in point["kinds"].items()}}}),
+              flush=True)
+
+    stopped = checkpoint_dir = None
     t_train = time.perf_counter()
-    seen_examples = 0
-    for epoch in range(config.epochs):
-        if step >= total:
+    if resumed is None and config.eval_every:
+        learning_point()  # the untrained model: the curve's first point
+    seen_before = seen_examples
+    for epoch in range(start_epoch, config.epochs):
+        # a checkpoint is always taken before its epoch's end is logged: a resumed epoch ends here
+        if step >= total and not (resumed is not None and epoch == start_epoch):
             break
         batches, examples = epoch0 if epoch == 0 else _epoch_batches(compiler, rows, config, epoch)
         # Every process plans the same batches (same seeds); each takes an equal share.
         mine = batches[rank::world][:max(1, len(batches) // world)]
-        ep_loss = ep_q = ep_correct = 0.0
+        first = start_batch if epoch == start_epoch else 0
+        if epoch != start_epoch or resumed is None:
+            ep_acc = [0.0, 0.0, 0.0]
         model.train()
-        for indices in mine:
+        for b, indices in enumerate(mine[first:], start=first):
             if step >= total:
                 break
             out = batch_losses(runner, examples, indices, loss=config.loss, pad_id=pad_id, autocast_dtype=autocast)
@@ -192,18 +290,31 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
                 raise FloatingPointError(f"step {step}: the loss is {value}; lower --lr (now {config.lr})")
             step += 1
             seen_examples += len(indices)
-            ep_loss += value * out.num_questions
-            ep_q += out.num_questions
-            ep_correct += out.correct
+            ep_acc[0] += value * out.num_questions
+            ep_acc[1] += out.num_questions
+            ep_acc[2] += out.correct
             curve.append({"step": step, "epoch": epoch + 1, "loss": round(value, 6),
                           "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm, "examples": len(indices),
                           "questions": out.num_questions, "correct": out.correct})
             if bar is not None:
-                rate = seen_examples * world / (time.perf_counter() - t_train)
+                rate = (seen_examples - seen_before) * world / (time.perf_counter() - t_train)
                 bar.set_postfix(loss=f"{value:.4f}", ex_s=f"{rate:.2f}", epoch=epoch + 1)
                 bar.update(1)
-        entry = {"epoch": epoch + 1, "steps": step, "train_loss": ep_loss / max(ep_q, 1),
-                 "train_accuracy": ep_correct / max(ep_q, 1), "train_questions": int(ep_q)}
+            if config.eval_every and step % config.eval_every == 0:
+                learning_point()
+            pause = signalled[0] if signalled else "stop_after" if step == config.stop_after and step < total else None
+            if world > 1:  # a signal may reach one process only: every process pauses at the same update
+                votes = accelerator.reduce(torch.tensor([float(pause is not None)], device=device), reduction="sum")
+                pause = pause or ("signal to another process" if float(votes) > 0 else None)
+            if pause or (config.checkpoint_every and step % config.checkpoint_every == 0 and step < total):
+                checkpoint_dir = save(epoch, b + 1) or checkpoint_dir
+            if pause:
+                stopped = pause
+                break
+        if stopped:
+            break  # the epoch is not over: its end is logged by the run that resumes it
+        entry = {"epoch": epoch + 1, "steps": step, "train_loss": ep_acc[0] / max(ep_acc[1], 1),
+                 "train_accuracy": ep_acc[2] / max(ep_acc[1], 1), "train_questions": int(ep_acc[1])}
         if sel_rows and main:
             model.eval()
             entry["selection"] = selection_metrics(engine, sel_rows)
@@ -215,13 +326,20 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
             print(json.dumps({"epoch_done": entry}), flush=True)
     if bar is not None:
         bar.close()
-    train_s = time.perf_counter() - t_train
+    if stopped:
+        if main:
+            print(json.dumps({"paused": {"reason": stopped, "step": step, "of": total,
+                                         "checkpoint": str(checkpoint_dir)}}), flush=True)
+        if world > 1:
+            accelerator.wait_for_everyone()
+        return TrainResult(output, model=model, stopped=stopped, checkpoint=checkpoint_dir, step=step, total=total)
+    train_s = train_s_before + time.perf_counter() - t_train
     chosen = epochs_log[-1]["epoch"] if epochs_log else 0
     if best is not None and best[1] != chosen:
         load_trainable_state(model, best[2])
         chosen = best[1]
 
-    result = TrainResult(output, model=model)
+    result = TrainResult(output, model=model, step=step, total=total)
     if not main:
         accelerator.wait_for_everyone()
         return result
@@ -252,13 +370,43 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
         "examples_per_s": round(seen_examples * world / train_s, 3) if train_s else None,
         "epochs": epochs_log, "chosen_epoch": chosen,
         "chosen_by": "selection NLL" if best is not None else "last epoch (no selection rows)",
-        "final": final, "files": files, "loss_curve": curve,
+        "final": final, "files": files, "loss_curve": curve, "learning_curve": learning,
+        "resumed": resume_from is not None,
     }
     (output / "training.json").write_text(json.dumps(training, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     result.training = training
+    # finished: the checkpoint could only repeat what is saved now
+    for name in (ckpt.DIRNAME, f"{ckpt.DIRNAME}.old"):
+        shutil.rmtree(output / name, ignore_errors=True)
     if world > 1:
         accelerator.wait_for_everyone()
     return result
+
+
+def _sha256(path) -> str:
+    from noulengine.models.loading import sha256_file
+
+    return sha256_file(Path(path))
+
+
+def _selection_by_kind(engine, rows) -> dict:
+    """Selection metrics per kind (a row's ``category``, else ``uncategorized``) and overall: one
+    learning-curve point. Returns ``{"all": {decisions, accuracy, nll, brier}, "kinds": {kind:
+    metrics}}`` (metrics as :func:`~noulengine.train.selection.selection_metrics`)."""
+    from noulengine.train.selection import selection_metrics
+
+    groups: dict[str, list] = {}
+    for r in rows:
+        groups.setdefault(r.record.category or "uncategorized", []).append(r)
+    kinds = {k: selection_metrics(engine, g) for k, g in sorted(groups.items())}
+    # each row is scored once: the overall numbers are the kinds' weighted by decisions (ECE does
+    # not add up that way and is left out of "all")
+    n = sum(m["decisions"] for m in kinds.values())
+    overall = {"decisions": n}
+    if n:
+        for key in ("accuracy", "nll", "brier"):
+            overall[key] = sum(m[key] * m["decisions"] for m in kinds.values() if m["decisions"]) / n
+    return {"all": overall, "kinds": kinds}
 
 
 def _versions(library_versions) -> dict:

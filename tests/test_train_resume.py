@@ -1,0 +1,150 @@
+"""Resumable training: a run stopped and resumed ends where one run ends (weights, losses, logs),
+a resume with other settings or data is refused, checkpoints are saved atomically, and SIGTERM
+leaves a loadable checkpoint with the resumable exit status."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from noulengine.train import TrainConfig, train
+from noulengine.train import checkpoint as ckpt
+from noulengine.train.contamination import EvaluationIndex
+from tests.test_train import save_tiny, toy_rows, write
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def toy(tmp_path, tiny_tokenizer, tiny_llama):
+    model_dir = save_tiny(tmp_path, tiny_llama, tiny_tokenizer)
+    sel_rows = toy_rows(8, 1, role="selection")
+    for i, r in enumerate(sel_rows):  # two kinds, so the learning curve has per-kind points
+        r["category"] = "even" if i % 2 == 0 else "odd"
+    return {"model": str(model_dir), "data": str(write(tmp_path / "train.jsonl", toy_rows(40, 0))),
+            "selection": str(write(tmp_path / "sel.jsonl", sel_rows))}
+
+
+def config(toy, output, **kw) -> TrainConfig:
+    # LoRA dropout draws from the torch RNG at every update: a resume that lost the RNG state
+    # would train on other dropout masks and end elsewhere.
+    base = dict(data=toy["data"], output=str(output), model=toy["model"], selection=toy["selection"], lora_r=4,
+                lora_alpha=8, lora_dropout=0.1, lr=1e-2, epochs=2, batch_tokens=512, max_batch_size=4, seed=3,
+                eval_every=2, flip_rate_rows=0, progress=False)
+    return TrainConfig(**{**base, **kw})
+
+
+def test_two_halves_equal_one_run(tmp_path, toy):
+    index = EvaluationIndex()
+    one = train(config(toy, tmp_path / "one"), evaluation_index=index)
+    total = one.total
+    assert total >= 8 and one.stopped is None
+    half = total // 2 + 1  # an odd point: mid-epoch, between two learning-curve points
+    first = train(config(toy, tmp_path / "two", stop_after=half, checkpoint_every=3), evaluation_index=index)
+    assert first.stopped == "stop_after" and first.step == half
+    assert first.checkpoint == tmp_path / "two" / "checkpoint"
+    assert not (tmp_path / "two" / "training.json").exists()
+    second = train(config(toy, tmp_path / "two", resume=str(tmp_path / "two")), evaluation_index=index)
+    assert second.stopped is None and second.step == total
+
+    a = load_file(tmp_path / "one" / "adapter_model.safetensors")
+    b = load_file(tmp_path / "two" / "adapter_model.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6)
+    t1, t2 = one.training, second.training
+    assert [x["step"] for x in t2["loss_curve"]] == list(range(1, total + 1))
+    for x, y in zip(t1["loss_curve"], t2["loss_curve"]):
+        assert y["loss"] == pytest.approx(x["loss"], abs=1e-6) and y["lr"] == pytest.approx(x["lr"], rel=1e-9)
+    assert [e["epoch"] for e in t2["epochs"]] == [1, 2] and t2["chosen_epoch"] == t1["chosen_epoch"]
+    for x, y in zip(t1["epochs"], t2["epochs"]):
+        assert y["train_questions"] == x["train_questions"]
+        assert y["train_loss"] == pytest.approx(x["train_loss"], abs=1e-6)
+        assert y["selection"]["nll"] == pytest.approx(x["selection"]["nll"], abs=1e-6)
+    # the learning curve: step 0, then every 2 updates, per kind, the same in both
+    steps = [p["step"] for p in t1["learning_curve"]]
+    assert steps == list(range(0, total + 1, 2)) and [p["step"] for p in t2["learning_curve"]] == steps
+    assert set(t1["learning_curve"][0]["kinds"]) == {"even", "odd"}
+    for x, y in zip(t1["learning_curve"], t2["learning_curve"]):
+        assert y["all"]["accuracy"] == x["all"]["accuracy"]
+        assert y["all"]["nll"] == pytest.approx(x["all"]["nll"], abs=1e-6)
+    lines = (tmp_path / "two" / "learning_curve.jsonl").read_text().splitlines()
+    assert [json.loads(s)["step"] for s in lines] == steps
+    assert t2["resumed"] and not t1["resumed"]
+    assert not (tmp_path / "two" / "checkpoint").exists()  # finished: the checkpoint is gone
+
+
+def test_resume_refuses_other_settings_or_data(tmp_path, toy):
+    index = EvaluationIndex()
+    out = tmp_path / "run"
+    assert train(config(toy, out, stop_after=2), evaluation_index=index).stopped == "stop_after"
+    with pytest.raises(ValueError, match=r"--lr: the checkpoint has 0\.01, this command 0\.02"):
+        train(config(toy, out, resume=str(out), lr=2e-2), evaluation_index=index)
+    with pytest.raises(ValueError, match="--max-steps"):
+        train(config(toy, out, resume=str(out), max_steps=5), evaluation_index=index)
+    other = write(tmp_path / "other.jsonl", toy_rows(40, 5))
+    with pytest.raises(ValueError, match="--data: the file's sha256 is"):
+        train(config(toy, out, resume=str(out), data=str(other)), evaluation_index=index)
+    with pytest.raises(FileNotFoundError, match="no checkpoint there"):
+        train(config(toy, tmp_path / "fresh", resume=str(tmp_path / "nothing")), evaluation_index=index)
+    # settings that do not change the weights may change
+    done = train(config(toy, out, resume=str(out), eval_every=None, checkpoint_every=1), evaluation_index=index)
+    assert done.stopped is None and (out / "training.json").is_file()
+
+
+def test_checkpoint_save_is_atomic(tmp_path):
+    meta = {"step": 1, "settings": {}, "data_sha256": {"train": "x", "selection": None}}
+    ckpt.save_checkpoint(tmp_path, meta, {"w": torch.ones(2)})
+    ckpt.save_checkpoint(tmp_path, {**meta, "step": 2}, {"w": torch.full((2,), 2.0)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]  # no temporary or old folder left
+    # a kill while the next one was being written: a partial temporary folder is ignored
+    (tmp_path / ".checkpoint.tmp-999").mkdir()
+    (tmp_path / ".checkpoint.tmp-999" / "state.pt").write_bytes(b"partial")
+    assert ckpt.find_checkpoint(tmp_path) == tmp_path / "checkpoint"
+    # a kill between the two renames: the previous checkpoint is found under checkpoint.old
+    (tmp_path / "checkpoint").rename(tmp_path / "checkpoint.old")
+    found = ckpt.find_checkpoint(tmp_path)
+    assert found == tmp_path / "checkpoint.old"
+    m, state = ckpt.load_checkpoint(found, settings={}, data_sha256={"train": "x", "selection": None})
+    assert m["step"] == 2 and float(state["w"][0]) == 2.0
+
+
+@pytest.mark.slow
+def test_sigterm_leaves_a_loadable_checkpoint_and_exits_resumable(tmp_path, toy):
+    out = tmp_path / "out"
+    args = ["--data", toy["data"], "--output", str(out), "--model", toy["model"], "--lora-r", "4", "--lr", "1e-2",
+            "--epochs", "200", "--batch-tokens", "512", "--max-batch-size", "4", "--progress", "false"]
+    env = {**os.environ, "NOULENGINE_THREADS": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "noulengine.train", *args, "--checkpoint-every", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    deadline = time.monotonic() + 240
+    while not (out / "checkpoint" / "checkpoint.json").is_file():  # training is under way
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-3000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == ckpt.EXIT_RESUMABLE, err[-3000:]
+    assert "paused (SIGTERM)" in err and f"resumable: run the same command with --resume {out}" in err
+    meta, state = ckpt.load_checkpoint(ckpt.find_checkpoint(out), settings=meta_settings(out),
+                                       data_sha256=json.loads((out / "checkpoint" / "checkpoint.json")
+                                                              .read_text())["data_sha256"])
+    assert 2 <= meta["step"] < meta["total"] and len(state["progress"]["curve"]) == meta["step"]
+    assert not (out / "training.json").exists()
+    # the same command with --resume and an earlier end (a weight-shaping setting, so it is
+    # refused) names the setting; the same command resumes
+    rc = subprocess.run([sys.executable, "-m", "noulengine.train", *args, "--resume", str(out), "--epochs", "1"],
+                        capture_output=True, text=True, env=env, cwd=REPO)
+    assert rc.returncode == 2 and "--epochs: the checkpoint has 200, this command 1" in rc.stderr
+
+
+def meta_settings(out: Path) -> dict:
+    return json.loads((out / "checkpoint" / "checkpoint.json").read_text())["settings"]
