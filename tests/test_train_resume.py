@@ -84,6 +84,8 @@ def test_two_halves_equal_one_run(tmp_path, toy):
     lines = (tmp_path / "two" / "learning_curve.jsonl").read_text().splitlines()
     assert [json.loads(s)["step"] for s in lines] == steps
     assert t2["resumed"] and not t1["resumed"]
+    # how each was run (stops, resume path, checkpoints) is not a hyperparameter: the records agree
+    assert t1["hyperparameters"] == t2["hyperparameters"] and "resume" not in t2["hyperparameters"]
     assert not (tmp_path / "two" / "checkpoint").exists()  # finished: the checkpoint is gone
 
 

@@ -359,7 +359,8 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         "tokenizer_probe": probe_record(tokenizer), "prompt_version": prompt_version(config.layout),
         "layout": config.layout,
         "hyperparameters": {k: v for k, v in dataclasses.asdict(config).items()
-                            if k not in ("data", "output", "model", "selection", "progress", "device", "name")},
+                            if k not in ("data", "output", "model", "selection", "progress", "device", "name")
+                            and k not in ckpt.FREE_SETTINGS},  # how it was run (stops, checkpoints), not what
         "trainable_parameters": n_trainable,
         "data": {"train": _file_info(Path(config.data), rows),
                  "selection": _file_info(Path(config.selection), sel_rows) if config.selection else None},
