@@ -35,12 +35,20 @@ Usage::
     python scripts/train_default.py --steps data       # only rebuild and hash the data
     python scripts/train_default.py --steps data,train,calibrate --mix v3 --work runs/train-v3
                                                        # another data mix (MIXES), not installed
+    python scripts/train_default.py --steps train --max-updates 3000 --eval-every 250 --stop-after 1000
+    python scripts/train_default.py --steps train,calibrate --max-updates 3000 --eval-every 250 --resume
+                                                       # a step budget over several sessions, with a
+                                                       # learning curve (work/learning_curve.{json,csv})
 
 Mix ``v4`` (issue #33) is v2 plus ToolRL tool-selection rows (:mod:`noulengine.train.toolrl`) and
 yes/no questions from the train pools' labels (:mod:`noulengine.train.nouls`), with held-out
 ``tool`` and ``noul`` selection rows appended after v2's (``kind`` names each row's kind); its
 ``data.json`` adds ``toolrl`` (every left-out ToolRL row counted by reason, the rows dropped as
 overlapping the toolace suite named) and ``selection.kinds``.
+
+The learning curve (``--eval-every K``) is the selection accuracy and NLL per kind (each selection
+row's ``category``) every K updates, printed as a table and written to ``<work>/learning_curve.json``
+and ``.csv``; scoring restores the RNG states, so the weights do not depend on it.
 """
 
 from __future__ import annotations
@@ -68,6 +76,7 @@ from noulengine.eval.suites.hashing import short_id, write_jsonl  # noqa: E402
 from noulengine.models.embedded import EMBEDDED_BASES, embedded_base  # noqa: E402
 from noulengine.models.loading import DEFAULT_ADAPTER_DIR, sha256_file  # noqa: E402
 from noulengine.train import nouls, procedural, scenarios, toolrl  # noqa: E402
+from noulengine.train.checkpoint import EXIT_RESUMABLE  # noqa: E402
 from noulengine.train.reworded import frame_prompt, reword_safety, reword_topic  # noqa: E402
 
 WORK = REPO / "runs" / "train-default"
@@ -342,9 +351,41 @@ def train_args(model: str | None = None, name: str | None = None, layout: str | 
     return args + (["--model", model] if model is not None else []) + (["--layout", layout] if layout else [])
 
 
-def run(cmd: list[str]) -> None:
+def run(cmd: list[str], ok: tuple[int, ...] = (0,)) -> int:
+    """Run ``cmd`` in the repository; returns its exit status, raising unless it is in ``ok``."""
     print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, cwd=REPO)
+    rc = subprocess.run(cmd, cwd=REPO).returncode
+    if rc not in ok:
+        raise subprocess.CalledProcessError(rc, cmd)
+    return rc
+
+
+def learning_curve(model_dir: Path, work: Path) -> list[dict]:
+    """Read the trainer's ``learning_curve.jsonl`` (``noulengine train --eval-every``), print it as
+    a table (selection accuracy per kind, one row per scored update) and write it to
+    ``<work>/learning_curve.json`` (the points as the trainer wrote them) and ``.csv`` (one line per
+    step and kind: step, kind, decisions, accuracy, nll). Returns the points ([] when none)."""
+    path = model_dir / "learning_curve.jsonl"
+    if not path.is_file():
+        return []
+    points = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    kinds = sorted({k for p in points for k in p["kinds"]})
+    (work / "learning_curve.json").write_text(json.dumps(points, indent=1) + "\n", encoding="utf-8")
+    lines = ["step,kind,decisions,accuracy,nll"]
+    for p in points:
+        for kind, m in [("all", p["all"])] + [(k, p["kinds"][k]) for k in kinds if k in p["kinds"]]:
+            if m.get("decisions"):
+                lines.append(f"{p['step']},{kind},{m['decisions']},{m['accuracy']:.4f},{m['nll']:.4f}")
+    (work / "learning_curve.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    width = max([len(k) for k in kinds] + [3])
+    print("selection accuracy per kind (%) by update; the last line: NLL of all")
+    print(f"{'kind':<{width}} " + " ".join(f"{p['step']:>6}" for p in points))
+    for kind in ["all"] + kinds:
+        cells = [(p["all"] if kind == "all" else p["kinds"].get(kind, {})).get("accuracy") for p in points]
+        print(f"{kind:<{width}} " + " ".join(f"{100 * c:6.1f}" if c is not None else f"{'-':>6}" for c in cells))
+    print(f"{'NLL':<{width}} " + " ".join(f"{p['all'].get('nll', float('nan')):6.3f}" for p in points))
+    print(f"learning curve: {work / 'learning_curve.json'}, {work / 'learning_curve.csv'}")
+    return points
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -361,6 +402,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layout", default=None, choices=["state-first", "schema-first"],
                     help="the prompt layout trained (and then served: it is recorded in training.json); default "
                     "state-first, the trainer's")
+    budget = ap.add_argument_group("step budget and learning curve (noulengine train's flags of the same meaning)")
+    budget.add_argument("--max-updates", type=int, default=None, help="the run's length in optimizer updates "
+                        "(--max-steps; the LR schedule ends there; default: the recipe's epochs)")
+    budget.add_argument("--eval-every", type=int, default=None, help="score the selection rows per kind every K "
+                        "updates: a learning curve, printed and written to <work>/learning_curve.{json,csv}")
+    budget.add_argument("--stop-after", type=int, default=None, help="pause after this many updates (a checkpoint "
+                        "in <work>/model/checkpoint/); the later steps wait for the run that finishes (--resume)")
+    budget.add_argument("--checkpoint-every", type=int, default=None, help="save a checkpoint every N updates")
+    budget.add_argument("--resume", action="store_true", help="continue the paused or killed train step from "
+                        "<work>/model/checkpoint/ (same mix, data and budget)")
     args = ap.parse_args(argv)
     steps = args.steps.split(",")
     if args.model is not None and "install" in steps and embedded_base(args.model) is None:
@@ -387,11 +438,20 @@ def main(argv: list[str] | None = None) -> int:
     py = sys.executable
     if "train" in steps:
         t = time.perf_counter()
-        if model_dir.exists():
+        if model_dir.exists() and not args.resume:
             shutil.rmtree(model_dir)
-        run([py, "-m", "noulengine", "train", "--data", str(work / "data" / "train.jsonl"), "--output", str(model_dir),
-             "--selection", str(work / "data" / "selection.jsonl"), *train_args(args.model, args.name or MIXES[args.mix]["name"], args.layout)])
+        budget = [f for name, value in (("--max-steps", args.max_updates), ("--eval-every", args.eval_every),
+                                        ("--stop-after", args.stop_after), ("--checkpoint-every", args.checkpoint_every))
+                  if value is not None for f in (name, str(value))]
+        rc = run([py, "-m", "noulengine", "train", "--data", str(work / "data" / "train.jsonl"), "--output", str(model_dir),
+                  "--selection", str(work / "data" / "selection.jsonl"), *train_args(args.model, args.name or MIXES[args.mix]["name"], args.layout),
+                  *budget, *(["--resume", str(model_dir)] if args.resume else [])], ok=(0, EXIT_RESUMABLE))
         times["train_s"] = round(time.perf_counter() - t, 1)
+        learning_curve(model_dir, work)
+        if rc == EXIT_RESUMABLE:
+            print(f"train paused with a checkpoint in {model_dir / 'checkpoint'}; the steps after it wait: rerun "
+                  "with the same flags and --resume", flush=True)
+            steps = [s for s in steps if s in ("data", "train")]
     if "calibrate" in steps:
         t = time.perf_counter()
         # validation-v1 as built: temperatures fit on its calibration rows, selection rows only reported.

@@ -154,3 +154,26 @@ def test_sigterm_leaves_a_loadable_checkpoint_and_exits_resumable(tmp_path, toy)
 
 def meta_settings(out: Path) -> dict:
     return json.loads((out / "checkpoint" / "checkpoint.json").read_text())["settings"]
+
+
+def test_recipe_prints_and_writes_the_learning_curve(tmp_path, toy, capsys):
+    sys.path.insert(0, str(REPO / "scripts"))
+    import train_default
+
+    out = tmp_path / "model"
+    result = train(config(toy, out, epochs=1, max_steps=6, eval_every=3), evaluation_index=EvaluationIndex())
+    points = train_default.learning_curve(out, tmp_path)
+    assert [p["step"] for p in points] == [0, 3, 6] and points == result.training["learning_curve"]
+    assert json.loads((tmp_path / "learning_curve.json").read_text()) == points
+    rows = [line.split(",") for line in (tmp_path / "learning_curve.csv").read_text().splitlines()]
+    assert rows[0] == ["step", "kind", "decisions", "accuracy", "nll"]
+    assert {(r[0], r[1]) for r in rows[1:]} == {(s, k) for s in ("0", "3", "6") for k in ("all", "even", "odd")}
+    for r in rows[1:]:  # the per-kind numbers are the trainer's selection metrics of that kind's rows
+        m = next(p for p in points if p["step"] == int(r[0]))
+        m = m["all"] if r[1] == "all" else m["kinds"][r[1]]
+        assert int(r[2]) == m["decisions"] and float(r[3]) == pytest.approx(m["accuracy"], abs=1e-4)
+    # 8 selection rows x 2 questions, half of them in each kind
+    assert points[0]["all"]["decisions"] == 16 and points[0]["kinds"]["even"]["decisions"] == 8
+    text = capsys.readouterr().out
+    assert "selection accuracy per kind" in text and "even" in text and "odd" in text
+    assert train_default.learning_curve(tmp_path / "none", tmp_path) == []
