@@ -100,8 +100,14 @@ def test_resume_refuses_other_settings_or_data(tmp_path, toy):
     other = write(tmp_path / "other.jsonl", toy_rows(40, 5))
     with pytest.raises(ValueError, match="--data: the file's sha256 is"):
         train(config(toy, out, resume=str(out), data=str(other)), evaluation_index=index)
+    with pytest.raises(ValueError, match="eval_every scores the selection rows"):
+        config(toy, tmp_path / "x", selection=None)
+    with pytest.raises(ValueError, match="checkpoint_every must be >= 1"):
+        config(toy, tmp_path / "x", checkpoint_every=0)
     with pytest.raises(FileNotFoundError, match="no checkpoint there"):
         train(config(toy, tmp_path / "fresh", resume=str(tmp_path / "nothing")), evaluation_index=index)
+    with pytest.raises(FileExistsError, match="holds the checkpoint of a paused run: add --resume"):
+        train(config(toy, out), evaluation_index=index)
     # settings that do not change the weights may change
     done = train(config(toy, out, resume=str(out), eval_every=None, checkpoint_every=1), evaluation_index=index)
     assert done.stopped is None and (out / "training.json").is_file()

@@ -44,7 +44,7 @@ class TrainConfig:
         max_grad_norm: gradient clipping norm (0: none).
         max_steps: stop after this many optimizer steps (None: all epochs).
         stop_after: pause after this many updates of the run (counted from the start, resumed ones
-            included): save a checkpoint and exit resumable; the schedule still ends at max_steps
+            included): save a checkpoint and exit 75 (resumable); the schedule still ends at max_steps
             (None: run to the end).
         checkpoint_every: save a checkpoint into <output>/checkpoint/ every N updates (None: only
             at --stop-after, SIGTERM or SIGINT).
@@ -113,5 +113,7 @@ class TrainConfig:
         for name in ("max_steps", "stop_after", "checkpoint_every", "eval_every"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")
+        if self.eval_every is not None and not self.selection:
+            raise ValueError("eval_every scores the selection rows: give selection (--selection) too")
         if self.lr is None:
             self.lr = DEFAULT_LR[self.method]

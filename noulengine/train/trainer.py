@@ -109,15 +109,22 @@ def train(config: TrainConfig, *, evaluation_index=None, accelerator=None) -> Tr
         noulengine.models.loading.ModelNotFoundError: ``model`` names nothing loadable.
 
     A run that pauses (``stop_after``; SIGTERM or SIGINT, which only raise a flag while it runs,
-    in the main thread) finishes the update under way, saves a checkpoint and returns a result
-    with ``stopped`` set and nothing else written (the CLI exits with
-    :data:`noulengine.train.checkpoint.EXIT_RESUMABLE`); the previous handlers are restored on return.
+    in the main thread; a second one stops at once) finishes the update under way, saves a
+    checkpoint and returns a result with ``stopped`` set and nothing else written (the CLI exits
+    with :data:`noulengine.train.checkpoint.EXIT_RESUMABLE`); the previous handlers are restored on
+    return.
     """
     signalled: list[str] = []
     previous = {}
+
+    def on_signal(num, frame):
+        if signalled:  # a second signal: stop at once, without a checkpoint
+            raise KeyboardInterrupt if num == signal.SIGINT else SystemExit(128 + num)
+        signalled.append(signal.Signals(num).name)
+
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, lambda num, frame: signalled.append(signal.Signals(num).name))
+            previous[sig] = signal.signal(sig, on_signal)
     try:
         return _train(config, evaluation_index=evaluation_index, accelerator=accelerator, signalled=signalled)
     finally:
@@ -143,6 +150,9 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
     resume_from = ckpt.find_checkpoint(config.resume) if config.resume else None
     continuing = resume_from is not None and resume_from.parent.resolve() == output.resolve()
     if output.exists() and any(output.iterdir()) and not continuing:
+        if (output / ckpt.DIRNAME).is_dir() and config.resume is None:
+            raise FileExistsError(f"--output {output} holds the checkpoint of a paused run: add --resume {output} "
+                                  "to continue it, or choose a new folder")
         raise FileExistsError(f"--output {output} exists and is not empty; choose a new folder")
     if accelerator is None:
         dev = pick_device(config.device)
