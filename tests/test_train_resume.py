@@ -183,3 +183,38 @@ def test_recipe_prints_and_writes_the_learning_curve(tmp_path, toy, capsys):
     text = capsys.readouterr().out
     assert "selection accuracy per kind" in text and "even" in text and "odd" in text
     assert train_default.learning_curve(tmp_path / "none", tmp_path) == []
+
+
+@pytest.mark.slow
+def test_data_parallel_run_pauses_and_resumes_like_one_run(tmp_path, toy):
+    """Two CPU processes (torchrun, gloo): both pause at the same update and rank 0 saves; the resumed
+    run ends with the uninterrupted data-parallel run's adapter."""
+    import shutil
+
+    launcher = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    if launcher is None:
+        pytest.skip("torchrun not installed next to this python")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+    def launch(out, *extra):
+        cmd = [launcher, "--nproc_per_node", "2", "--master_port", "29523", "-m", "noulengine.train", "--data",
+               toy["data"], "--output", str(out), "--model", toy["model"], "--lora-r", "4", "--lora-dropout", "0.1",
+               "--lr", "1e-2", "--epochs", "2", "--batch-tokens", "512", "--max-batch-size", "4",
+               "--flip-rate-rows", "0", "--progress", "false", *extra]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+
+    one = launch(tmp_path / "one")
+    assert one.returncode == 0, one.stderr[-3000:]
+    paused = launch(tmp_path / "two", "--stop-after", "3")
+    # torchrun reports a worker's non-zero status as its own failure (1), naming the worker's 75
+    assert paused.returncode != 0 and "exitcode  : 75" in paused.stderr, paused.stderr[-3000:]
+    assert json.loads((tmp_path / "two" / "checkpoint" / "checkpoint.json").read_text())["step"] == 3
+    resumed = launch(tmp_path / "two", "--resume", str(tmp_path / "two"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a = load_file(tmp_path / "one" / "adapter_model.safetensors")
+    b = load_file(tmp_path / "two" / "adapter_model.safetensors")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6)
+    t1, t2 = (json.loads((tmp_path / d / "training.json").read_text()) for d in ("one", "two"))
+    assert t1["processes"] == t2["processes"] == 2 and t1["steps"] == t2["steps"] > 3
+    assert [x["loss"] for x in t1["loss_curve"]] == pytest.approx([x["loss"] for x in t2["loss_curve"]], abs=2e-6)
