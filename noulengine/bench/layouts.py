@@ -225,7 +225,7 @@ def run_layouts(args, engine, weights: str, threads_source: str) -> int:
     import torch
 
     from noulengine import Engine
-    from noulengine.bench.runner import git_revision
+    from noulengine.eval.report import git_revision
 
     device = engine.runner.device
 

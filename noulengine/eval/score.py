@@ -423,7 +423,7 @@ ERROR_ROWS_SHOWN = 20
 
 def _legend() -> str:
     """What each column of :data:`TABLE_HEAD` counts: one definition, whichever rows are scored."""
-    from noulengine.metrics.functional import PROB_FLOOR
+    from noulengine.metrics.constants import PROB_FLOOR  # torch-free: --help must not load torch
 
     return ("rows predicted / missing: selected rows (the suite, or its --sample) with / without a prediction line. "
             "decisions: the gold-labelled questions of the predicted rows (with --count-missing, of the missing rows "

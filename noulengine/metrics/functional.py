@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import torch
 
-PROB_FLOOR = 1e-12
+from noulengine.metrics.constants import PROB_FLOOR  # re-exported: F.PROB_FLOOR
+
 _REDUCTIONS = ("mean", "none")
 
 
