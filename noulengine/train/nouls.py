@@ -89,6 +89,21 @@ def balanced_flags(rng: random.Random, n: int) -> list[bool]:
     return flags
 
 
+def flags_by_class(rng: random.Random, golds: Sequence[str], allowed, what: str) -> dict[str, list[bool]]:
+    """Per gold class (in sorted order), :func:`balanced_flags` for its items: yes/no balanced
+    within each class.
+
+    Raises:
+        KeyError: a gold outside ``allowed``, naming ``what`` ("AG News item: expected a topic ...").
+    """
+    flags: dict[str, list[bool]] = {}
+    for gold in sorted(set(golds)):
+        if gold not in allowed:
+            raise KeyError(f"{what}, got {gold!r}")
+        flags[gold] = balanced_flags(rng, sum(g == gold for g in golds))
+    return flags
+
+
 def paraphrase_description(rng: random.Random, text: str) -> str:
     """``text`` with its leading verb swapped for a synonym of the same form (when it has one of
     :data:`_VERBS`; "Searches for" also reads "Looks for") and, each with probability 1/2, the
@@ -123,11 +138,8 @@ def topic_nouls(rng: random.Random, items: Sequence[tuple[str, str, str]]) -> li
     Raises:
         KeyError: a gold topic outside :data:`TOPICS`.
     """
-    flags: dict[str, list[bool]] = {}
-    for topic in sorted({g for _, _, g in items}):
-        if topic not in TOPICS:
-            raise KeyError(f"AG News item: expected a topic of {sorted(TOPICS)}, got {topic!r}")
-        flags[topic] = balanced_flags(rng, sum(g == topic for _, _, g in items))
+    flags = flags_by_class(rng, [g for _, _, g in items], TOPICS,
+                           f"AG News item: expected a topic of {sorted(TOPICS)}")
     out = []
     for key, text, gold in items:
         yes = flags[gold].pop()
@@ -158,11 +170,8 @@ def safety_nouls(rng: random.Random, items: Sequence[tuple[str, str, str]]) -> l
     Raises:
         KeyError: a gold outside ``harmful``/``benign``.
     """
-    flags: dict[str, list[bool]] = {}
-    for gold in sorted({g for _, _, g in items}):
-        if gold not in SAFETY:
-            raise KeyError(f"WildJailbreak item: expected a gold of {sorted(SAFETY)}, got {gold!r}")
-        flags[gold] = balanced_flags(rng, sum(g == gold for _, _, g in items))
+    flags = flags_by_class(rng, [g for _, _, g in items], SAFETY,
+                           f"WildJailbreak item: expected a gold of {sorted(SAFETY)}")
     out = []
     for key, prompt, gold in items:
         yes = flags[gold].pop()
