@@ -110,10 +110,8 @@ def _accuracy(decisions, golds, cold: bool) -> float | None:
 
 
 def _timed_engine_run(engine, requests: list[Request], warmup: Request | None, sync) -> tuple[float, list, dict]:
+    engine.reset_prefix_cache(keep_head=True)  # and its admission memory: a cold run remembers no schema
     store = engine.prefix_store
-    if store is not None:
-        store.clear(keep_pinned=True)
-    engine._static_seen.clear()  # admission memory: a cold run must not remember an earlier run's schemas
     if warmup is not None:
         engine.decide(warmup)  # untimed: the schema (seen, then stored on its second sighting below)
         engine.decide(warmup)
@@ -238,18 +236,11 @@ def run_layouts(args, engine, weights: str, threads_source: str) -> int:
         config = dataclasses.replace(engine.config, layout=layout)
         engines[layout] = Engine(engine.runner.model, engine.tokenizer, config, identity=engine.identity,
                                  temperatures=engine.calibration)
-    peer = None
-    if args.peer != "off":
-        from noulengine.bench.peer import Peer, peer_unavailable
+    from noulengine.bench.peer import start_peer
 
-        why = peer_unavailable()
-        if why and args.peer == "on":
-            print(f"bench: {why}")
-            return 2
-        if why:
-            print(f"bench: {why}")
-        else:
-            peer = Peer(engine)
+    peer, _, refused = start_peer(args.peer, engine)
+    if refused:
+        return 2
     wanted = [w.strip() for w in (args.workloads or "").split(",") if w.strip()] or list(LAYOUT_WORKLOADS)
     unknown = sorted(set(wanted) - set(LAYOUT_WORKLOADS))
     if unknown:

@@ -39,6 +39,26 @@ def peer_unavailable() -> str | None:
     return None
 
 
+def start_peer(mode: str, engine):
+    """The peer for the bench's ``--peer`` flag: ``(peer, skipped, refused)``.
+
+    ``mode`` ``off``: no peer. ``auto``: a :class:`Peer` on ``engine``'s weights when installed, else
+    ``skipped`` says why (printed). ``on``: ``refused`` is True when it is not installed (the command
+    then exits 2). Messages go to stdout (skipped) or stderr (refused).
+    """
+    import sys
+
+    if mode == "off":
+        return None, None, False
+    skipped = peer_unavailable()
+    if skipped:
+        print(f"bench: {skipped}", file=sys.stderr if mode == "on" else sys.stdout, flush=True)
+        return None, skipped, mode == "on"
+    peer = Peer(engine)
+    print(f"bench: peer variant: {PEER} {peer.version} on the same weights", flush=True)
+    return peer, None, False
+
+
 def peer_version() -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -38,7 +38,6 @@ from pathlib import Path
 import torch
 
 from noulengine.bench.configs import MODEL_CONFIGS, WORKLOAD_NAMES
-from noulengine.bench.peer import PEER
 from noulengine.bench.report import markdown
 from noulengine.bench.roofline import PeakMemory, matmul_peak, non_embedding_params
 from noulengine.bench.variants import (VARIANTS, Prepared, _sync, baseline_prompts, max_prob_diff, run_batched,
@@ -308,19 +307,11 @@ def run(args) -> int:
     tol = args.tolerance if args.tolerance is not None else (1e-4 if dtype == torch.float32 else 2e-2)
     print(f"bench: model weights: {weights}; device {device}, dtype {dtype}, threads {torch.get_num_threads()} "
           f"({threads_source})", flush=True)
-    peer, peer_skipped = None, None
-    if args.peer != "off":
-        from noulengine.bench.peer import Peer, peer_unavailable
+    from noulengine.bench.peer import start_peer
 
-        peer_skipped = peer_unavailable()
-        if peer_skipped and args.peer == "on":
-            print(f"bench: {peer_skipped}", file=sys.stderr)
-            return 2
-        if peer_skipped:
-            print(f"bench: {peer_skipped}", flush=True)
-        else:
-            peer = Peer(engine)
-            print(f"bench: peer variant: {PEER} {peer.version} on the same weights", flush=True)
+    peer, peer_skipped, refused = start_peer(args.peer, engine)
+    if refused:
+        return 2
     peak = matmul_peak(device, dtype)
     n_params = non_embedding_params(engine.runner.model)
     workloads, longs = build_workloads(args.quick)

@@ -59,10 +59,14 @@ def layout_of_prompt_version(version: str | None) -> str:
     return "state-first"
 
 
+def _state_body(state: Any) -> str:
+    """A state as prompt text: a plain string as is, any other JSON value as compact JSON."""
+    return state if isinstance(state, str) else canonical_json(state)
+
+
 def render_state(state: Any) -> str:
-    """The shared prefix text: a plain string as is, any other JSON value as compact JSON."""
-    body = state if isinstance(state, str) else canonical_json(state)
-    return f"Read the evidence, then answer the question about it.\n\nEvidence:\n{body}\n\n"
+    """The state-first layout's shared prefix text."""
+    return f"Read the evidence, then answer the question about it.\n\nEvidence:\n{_state_body(state)}\n\n"
 
 
 def _instructions(value: Any) -> str:
@@ -192,8 +196,7 @@ def render_schema(questions: Sequence[Question], modes: Sequence[str]) -> str:
 
 def render_evidence(state: Any) -> str:
     """The schema-first layout's state text (after the schema, before the cues)."""
-    body = state if isinstance(state, str) else canonical_json(state)
-    return f"Evidence:\n{body}\n\n"
+    return f"Evidence:\n{_state_body(state)}\n\n"
 
 
 def render_cue(q: Question, mode: str, order: Sequence[int], symbols: Sequence[str] = ()) -> str:

@@ -463,15 +463,18 @@ class Engine:
             self._static_seen.popitem(last=False)
         return static, static_key
 
-    def reset_prefix_cache(self) -> None:
-        """Drop every cached prefix (the frame head too; it is prefilled again on next use).
+    def reset_prefix_cache(self, *, keep_head: bool = False) -> None:
+        """Drop every cached prefix (the frame head too, unless ``keep_head``; it is prefilled
+        again on next use) and forget which static prefixes were seen (admission starts afresh).
 
         Call it after changing the model's weights in place (training, a loaded adapter): cached
-        keys and values were computed with the old weights.
+        keys and values were computed with the old weights. ``keep_head=True`` (same weights)
+        starts a measurement from what a fresh server holds.
         """
         if self.prefix_store is not None:
-            self.prefix_store.clear()
-        self._frame_head_seeded = False
+            self.prefix_store.clear(keep_pinned=keep_head)
+        self._frame_head_seeded = self._frame_head_seeded and keep_head
+        self._static_seen.clear()
 
     def _seeded_prefix_store(self) -> PrefixKVStore | None:
         """The prefix store, with the frame head (every request's first tokens) prefilled and
