@@ -128,3 +128,35 @@ def test_argument_checks_name_the_rule(call, rule):
     with pytest.raises(ValueError, match=None) as info:
         call()
     assert rule in str(info.value)
+
+
+def _pairwise_auc(scores, positive):
+    """The definition, pair by pair: P(s_pos > s_neg) + 0.5 P(s_pos = s_neg)."""
+    pos = [s for s, y in zip(scores, positive) if y]
+    neg = [s for s, y in zip(scores, positive) if not y]
+    return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
+
+
+def test_binary_auc_by_hand_and_against_the_pairwise_definition():
+    assert F.binary_auc([0.9, 0.8, 0.3, 0.1], [1, 1, 0, 0]).item() == 1.0
+    assert F.binary_auc([0.1, 0.3, 0.8, 0.9], [1, 1, 0, 0]).item() == 0.0
+    assert F.binary_auc([0.5, 0.5, 0.5], [True, False, True]).item() == 0.5  # a constant: no information
+    # pos {0.8, 0.4}, neg {0.6, 0.4}: pairs 1 + 1 + 0 + 0.5 over 4
+    assert F.binary_auc([0.8, 0.4, 0.6, 0.4], [1, 1, 0, 0]).item() == pytest.approx(0.625, abs=1e-15)
+    g = torch.Generator().manual_seed(0)
+    for n in (2, 7, 50):
+        s = torch.randint(0, 5, (n,), generator=g).to(torch.float64) / 4  # many ties
+        y = torch.arange(n) % 3 == 0
+        assert F.binary_auc(s, y).item() == pytest.approx(_pairwise_auc(s.tolist(), y.tolist()), abs=1e-12)
+
+
+@pytest.mark.parametrize("scores, positive, rule", [
+    ([0.1, 0.2], [1, 1], "positives and negatives"),
+    ([0.1, 0.2], [0, 0], "positives and negatives"),
+    ([0.1, float("nan")], [0, 1], "finite"),
+    ([0.1, 0.2], [0, 2], "0/1"),
+    ([0.1, 0.2, 0.3], [0, 1], "one length"),
+])
+def test_binary_auc_refuses(scores, positive, rule):
+    with pytest.raises(ValueError, match=rule):
+        F.binary_auc(torch.tensor(scores), torch.tensor(positive))

@@ -171,3 +171,20 @@ def test_an_unreadable_prediction_line_is_its_own_error_kind():
     rep = score([(r, {"answers": {}, "error": None, "unreadable": True})])
     assert rep["counts"]["error_kinds"] == {"unreadable_line": 2} and rep["counts"]["coverage"] == 0.0
     assert rep["accuracy"] == 0.0 and rep["accuracy_scored"] is None
+
+
+def test_noul_separation_block():
+    """P(yes) against the gold side: AUC and medians over scored hard-labelled yes/no decisions;
+    an unscored one (record error) and non-noul questions are not in it."""
+    p_yes = [0.9, 0.6, 0.55, 0.2, 0.6]
+    gold = ["yes", "yes", "no", "no", "no"]
+    ps = [(rec(f"n{i}", NOUL, {"ok": {"label": g}}), {"answers": {"ok": answer(YN, [1 - p, p], "noul")}, "error": None})
+          for i, (p, g) in enumerate(zip(p_yes, gold))]
+    ps.append((rec("bad", NOUL, {"ok": {"label": "yes"}}), {"answers": {}, "error": "boom"}))
+    rep = score(ps + pairs()[:1])
+    # yes {0.9, 0.6} vs no {0.55, 0.2, 0.6}: 3 + (1 + 1 + 0.5) over 6
+    assert rep["noul"] == {"n": 5, "yes_auc": pytest.approx(5.5 / 6), "p_yes_median_yes": pytest.approx(0.75),
+                           "p_yes_median_no": pytest.approx(0.55)}
+    one_side = score(ps[:2])["noul"]
+    assert one_side["yes_auc"] is None and one_side["p_yes_median_no"] is None and one_side["n"] == 2
+    assert score(pairs()[:1])["noul"] == {"n": 0, "yes_auc": None, "p_yes_median_yes": None, "p_yes_median_no": None}

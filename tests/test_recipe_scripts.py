@@ -108,3 +108,38 @@ def test_data_mixes_rebuild_the_installed_data_and_v3_adds_its_rows(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "v3" / "train.jsonl").read_text().splitlines()]
     assert len({r["id"] for r in rows}) == len(rows) == v3["train"]["rows"]
     assert sum(str(r.get("category", "")).startswith("scenario:") for r in rows) == 600
+
+
+def test_selection_by_kind_scores_each_model_on_the_same_rows(tmp_path, tiny_llama, tiny_tokenizer, capsys):
+    """scripts/selection_by_kind.py: per-kind metrics of each --model on the kept kinds only, the
+    yes/no kind with its P(yes) AUC, equal to the engine's own answers on those rows."""
+    import selection_by_kind
+
+    from noulengine.engine.engine import Engine
+    from tests.test_train import save_tiny, toy_rows, write
+
+    model = save_tiny(tmp_path, tiny_llama, tiny_tokenizer)
+    rows = toy_rows(12, 5, role="selection")
+    for i, r in enumerate(rows):
+        r["category"] = ["noul:toy", "tool:toy", "other"][i % 3]
+    sel = write(tmp_path / "sel.jsonl", rows)
+    out = tmp_path / "sel.json"
+    assert selection_by_kind.main(["--selection", str(sel), "--model", str(model), "--model", str(model),
+                                   "--kinds", "noul:,tool:", "--output", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert list(res) == [str(model)]  # one key per distinct model
+    kinds = res[str(model)]["kinds"]
+    assert set(kinds) == {"noul:toy", "tool:toy"} and kinds["noul:toy"]["decisions"] == 8  # 4 rows x 2 questions
+    # the AUC of P(yes) over the kind's yes/no questions, recomputed from the engine's answers
+    from noulengine.metrics.functional import binary_auc
+
+    engine = Engine.from_pretrained(str(model))
+    kept = [r for r in rows if r["category"] == "noul:toy"]
+    ans = engine.decide_batch([{"state": r["state"], "questions": r["questions"]} for r in kept])
+    gold = [r["targets"]["n"]["label"] == "yes" for r in kept]
+    if any(gold) and not all(gold):
+        import torch
+
+        want = binary_auc(torch.tensor([a.answers["n"].probabilities["yes"] for a in ans]), torch.tensor(gold))
+        assert kinds["noul:toy"]["yes_auc"] == pytest.approx(float(want), abs=1e-9)
+    assert "| noul:toy | 8 |" in capsys.readouterr().out

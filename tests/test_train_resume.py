@@ -76,7 +76,8 @@ def test_two_halves_equal_one_run(tmp_path, toy):
         assert y["selection"]["nll"] == pytest.approx(x["selection"]["nll"], abs=1e-6)
     # the learning curve: step 0, then every 2 updates, per kind, the same in both
     steps = [p["step"] for p in t1["learning_curve"]]
-    assert steps == list(range(0, total + 1, 2)) and [p["step"] for p in t2["learning_curve"]] == steps
+    want = list(range(0, total + 1, 2)) + ([total] if total % 2 else [])  # the last update always scored
+    assert steps == want and [p["step"] for p in t2["learning_curve"]] == steps
     assert set(t1["learning_curve"][0]["kinds"]) == {"even", "odd"}
     for x, y in zip(t1["learning_curve"], t2["learning_curve"]):
         assert y["all"]["accuracy"] == x["all"]["accuracy"]
@@ -183,6 +184,16 @@ def test_recipe_prints_and_writes_the_learning_curve(tmp_path, toy, capsys):
     text = capsys.readouterr().out
     assert "selection accuracy per kind" in text and "even" in text and "odd" in text
     assert train_default.learning_curve(tmp_path / "none", tmp_path) == []
+
+
+def test_learning_curve_ends_at_the_last_update(tmp_path, toy):
+    """A run whose length K does not divide still gets its last update scored (the point a
+    recipe compares with the previous default), once; a divisible one is not scored twice."""
+    index = EvaluationIndex()
+    odd = train(config(toy, tmp_path / "odd", epochs=1, max_steps=7, eval_every=3), evaluation_index=index)
+    assert [p["step"] for p in odd.training["learning_curve"]] == [0, 3, 6, 7]
+    even = train(config(toy, tmp_path / "even", epochs=1, max_steps=6, eval_every=3), evaluation_index=index)
+    assert [p["step"] for p in even.training["learning_curve"]] == [0, 3, 6]
 
 
 @pytest.mark.slow

@@ -186,6 +186,11 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
         if m.get("reliability"):
             lines.append(f"\nReliability diagram: `{m['reliability']}`")
         lines += order_probe_lines(m)
+        yn = m.get("noul") or {}
+        if yn.get("n"):  # accuracy alone hides a P(yes) that sits near 0.5 whatever the text says
+            lines.append(f"\nYes/no answers ({yn['n']}): P(yes) separates gold yes from gold no with ROC AUC "
+                         f"{_fmt(yn.get('yes_auc'))} (0.5 = no information); median P(yes) "
+                         f"{_fmt(yn.get('p_yes_median_yes'))} on gold-yes, {_fmt(yn.get('p_yes_median_no'))} on gold-no.")
         lines += reference_lines(m)  # a benchmark family's own rules, beside the generic metrics
         # the built-in slices, then any the suite's manifest names ("slices": ["level"])
         for dim in ("type", "field", "category", *[d for d in m.get("slices", {}) if d not in _BUILT_IN_SLICES]):

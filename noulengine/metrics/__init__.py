@@ -2,7 +2,7 @@
 
 * :mod:`~noulengine.metrics.validation`: ``validate_answer``, ``check_answer``, ``answer_probabilities``.
 * :mod:`~noulengine.metrics.functional`: tensor metrics (accuracy, NLL, Brier, ordinal MAE, RPS,
-  KL, Brier vs a distribution, TVD).
+  KL, Brier vs a distribution, TVD, binary ROC AUC).
 * :mod:`~noulengine.metrics.calibration`: 15-bin ECE (``expected_calibration_error``).
 * :mod:`~noulengine.metrics.slots`: predicted vs gold share per candidate slot.
 * :mod:`~noulengine.metrics.reliability`: ``plot_reliability`` (matplotlib, imported lazily).
@@ -16,7 +16,7 @@ _EXPORTS = {
     "InvalidAnswerError": "validation",
     "accuracy": "functional", "nll": "functional", "brier": "functional", "expected_level": "functional",
     "ordinal_mae": "functional", "rps": "functional", "kl_divergence": "functional",
-    "brier_distribution": "functional", "total_variation": "functional",
+    "brier_distribution": "functional", "total_variation": "functional", "binary_auc": "functional",
     "expected_calibration_error": "calibration", "calibration_bins": "calibration", "bin_index": "calibration",
     "slot_shares": "slots",
     "plot_reliability": "reliability",

@@ -26,6 +26,9 @@ Definitions:
 * KL(q || p) = ``sum_k q_k (log q_k - log max(p_k, 1e-12))``, terms with ``q_k = 0`` are 0 (nats).
 * Brier against a distribution: ``sum_k (p_k - q_k)^2``.
 * total variation distance: ``0.5 * sum_k |p_k - q_k|``.
+* ROC AUC of a score against binary gold (:func:`binary_auc`): the probability that a random
+  positive scores above a random negative, ties counted one half; the Mann-Whitney U statistic
+  over ``n_pos * n_neg`` (Mann & Whitney 1947; Hanley & McNeil 1982, *Radiology* 143:29).
 """
 
 from __future__ import annotations
@@ -205,3 +208,48 @@ def total_variation(probs, gold, *, reduction: str = "mean") -> torch.Tensor:
     _check_reduction(reduction)
     p, q = _check_pair(probs, gold)
     return _reduce(0.5 * (p - q).abs().sum(dim=1), reduction)
+
+
+def binary_auc(scores, positive) -> torch.Tensor:
+    """ROC AUC of ``scores`` for the binary gold ``positive`` (e.g. P(yes) against "gold is yes").
+
+    Computed from average ranks (ties share a rank, so a tied positive/negative pair counts 1/2):
+    ``AUC = (R_pos - n_pos (n_pos + 1) / 2) / (n_pos n_neg)`` with ``R_pos`` the positives' rank
+    sum, which equals the pairwise definition ``P(s_pos > s_neg) + 0.5 P(s_pos = s_neg)``. 0.5 is
+    no separation (a constant score), 1.0 every positive above every negative.
+
+    Args:
+        scores: ``(N,)`` real tensor (float64 after conversion).
+        positive: ``(N,)`` boolean or 0/1 tensor, True where the gold is the positive class.
+
+    Returns:
+        0-d float64 tensor in ``[0, 1]``.
+
+    Raises:
+        ValueError: not two 1-d tensors of the same length; a non-finite score; ``positive`` not
+            0/1; no positive or no negative (the AUC is undefined).
+    """
+    s = _as_f64(scores, "scores")
+    y = torch.as_tensor(positive)
+    if s.ndim != 1 or y.ndim != 1 or s.shape != y.shape:
+        raise ValueError(f"scores and positive must be 1-d tensors of one length, got {tuple(s.shape)} and "
+                         f"{tuple(y.shape)}")
+    if not torch.isfinite(s).all():
+        raise ValueError("scores must be finite")
+    if y.dtype != torch.bool:
+        if not ((y == 0) | (y == 1)).all():
+            raise ValueError("positive must be boolean or 0/1")
+        y = y == 1
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError(f"the AUC needs positives and negatives, got {n_pos} positive and {n_neg} negative")
+    order = torch.argsort(s, stable=True)
+    sorted_s = s[order]
+    ranks = torch.empty_like(s)
+    # average rank (1-based) of each run of equal scores
+    _, inverse, counts = torch.unique_consecutive(sorted_s, return_inverse=True, return_counts=True)
+    ends = torch.cumsum(counts, 0).to(torch.float64)
+    avg = ends - (counts.to(torch.float64) - 1) / 2
+    ranks[order] = avg[inverse]
+    r_pos = ranks[y].sum()
+    return (r_pos - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)

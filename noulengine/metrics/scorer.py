@@ -32,6 +32,10 @@ Report keys (every metric in float64, ``None`` where no decision qualifies, neve
   (``1e-12``): each adds ``-log(1e-12) = 27.6`` nats to ``nll`` whatever its true probability, so
   a few of them can dominate it; ``warnings`` says so when there are any.
 * ``ordinal``: ``{"n", "mae", "rps"}`` over scored hard-labelled ``score`` decisions.
+* ``noul``: ``{"n", "yes_auc", "p_yes_median_yes", "p_yes_median_no"}`` over scored
+  hard-labelled ``noul`` decisions: how far P(yes) separates gold-yes from gold-no answers (ROC
+  AUC, :func:`~noulengine.metrics.functional.binary_auc`; 0.5 = P(yes) carries no information
+  whatever the accuracy) and the median P(yes) of each side; ``None`` where a side is empty.
 * ``distribution``: ``{"n", "kl", "brier_vs_distribution", "tvd", "status"}`` over scored
   decisions with a gold distribution; ``status`` is ``"unavailable"`` (values ``None``) when none.
 * ``slots``: predicted vs gold share per candidate slot (see :mod:`noulengine.metrics.slots`).
@@ -55,6 +59,7 @@ Report keys (every metric in float64, ``None`` where no decision qualifies, neve
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -321,6 +326,8 @@ def summarize(decisions: Sequence[Decision], *, n_bins: int = N_BINS) -> dict:
         lv = torch.tensor([d.num_candidates for d in ordinal], dtype=torch.int64)
         out["ordinal"].update(mae=_f(F.ordinal_mae(p, y)), rps=_f(F.rps(p, y, lv)))
 
+    out["noul"] = noul_separation([d for d in hard_scored if d.type == "noul"])
+
     soft_scored = [d for d in soft if d.scored]
     dist = {"n": len(soft_scored), "kl": None, "brier_vs_distribution": None, "tvd": None,
             "status": "unavailable"}
@@ -333,6 +340,19 @@ def summarize(decisions: Sequence[Decision], *, n_bins: int = N_BINS) -> dict:
     reference = reference_block(decisions)
     if reference is not None:
         out["reference"] = reference
+    return out
+
+
+def noul_separation(nouls: Sequence[Decision]) -> dict:
+    """The ``noul`` block of the report (see module doc) for scored hard-labelled yes/no decisions
+    (candidates ``("no", "yes")``: P(yes) is ``probs[1]``)."""
+    p_yes = {True: [d.probs[1] for d in nouls if d.gold == 1], False: [d.probs[1] for d in nouls if d.gold == 0]}
+    out = {"n": len(nouls), "yes_auc": None,
+           "p_yes_median_yes": statistics.median(p_yes[True]) if p_yes[True] else None,
+           "p_yes_median_no": statistics.median(p_yes[False]) if p_yes[False] else None}
+    if p_yes[True] and p_yes[False]:
+        out["yes_auc"] = _f(F.binary_auc(torch.tensor([d.probs[1] for d in nouls], dtype=torch.float64),
+                                         torch.tensor([d.gold == 1 for d in nouls])))
     return out
 
 

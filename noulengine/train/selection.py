@@ -13,7 +13,7 @@ import statistics
 import torch
 
 from noulengine.metrics.calibration import expected_calibration_error
-from noulengine.metrics.functional import PROB_FLOOR
+from noulengine.metrics.functional import PROB_FLOOR, binary_auc
 
 
 def selection_metrics(engine, rows, *, debias: str = "none") -> dict:
@@ -21,10 +21,13 @@ def selection_metrics(engine, rows, *, debias: str = "none") -> dict:
 
     Returns:
         ``{"decisions", "accuracy", "nll", "brier", "ece", "x_mass_median"}``, plus
-        ``"flip_rate"`` (mean over choice questions) when ``debias == "permute"``.
+        ``"flip_rate"`` (mean over choice questions) when ``debias == "permute"``, and
+        ``"yes_auc"`` (ROC AUC of P(yes) against gold yes,
+        :func:`~noulengine.metrics.functional.binary_auc`) when the rows hold yes/no questions with
+        both answers among their golds.
     """
     decisions = engine.decide_batch([r.record.request for r in rows], on_error="raise")
-    conf, correct, nlls, briers, masses, flips = [], [], [], [], [], []
+    conf, correct, nlls, briers, masses, flips, yes = [], [], [], [], [], [], []
     for row, dec in zip(rows, decisions):
         for q, gold in zip(row.record.request.questions, row.gold):
             if gold is None:
@@ -36,6 +39,8 @@ def selection_metrics(engine, rows, *, debias: str = "none") -> dict:
             nlls.append(-math.log(max(p[gold], PROB_FLOOR)))
             briers.append(sum((v - (lab == gold)) ** 2 for lab, v in p.items()))
             masses.append(ans.x_mass)
+            if q.type == "noul":
+                yes.append((p["yes"], gold == "yes"))
             if ans.flip_rate is not None:
                 flips.append(ans.flip_rate)
     n = len(conf)
@@ -44,6 +49,27 @@ def selection_metrics(engine, rows, *, debias: str = "none") -> dict:
     out = {"decisions": n, "accuracy": sum(correct) / n, "nll": sum(nlls) / n, "brier": sum(briers) / n,
            "ece": float(expected_calibration_error(torch.tensor(conf), torch.tensor(correct))),
            "x_mass_median": statistics.median(masses)}
+    if yes and any(g for _, g in yes) and not all(g for _, g in yes):
+        out["yes_auc"] = float(binary_auc(torch.tensor([v for v, _ in yes], dtype=torch.float64),
+                                          torch.tensor([g for _, g in yes])))
     if debias == "permute":
         out["flip_rate"] = sum(flips) / len(flips) if flips else None
     return out
+
+
+def selection_by_kind(engine, rows) -> dict:
+    """Selection metrics per kind (a row's ``category``, else ``uncategorized``) and overall: one
+    learning-curve point. Returns ``{"all": {decisions, accuracy, nll, brier}, "kinds": {kind:
+    metrics}}`` (metrics as :func:`selection_metrics`, so a yes/no kind carries ``yes_auc``)."""
+    groups: dict[str, list] = {}
+    for r in rows:
+        groups.setdefault(r.record.category or "uncategorized", []).append(r)
+    kinds = {k: selection_metrics(engine, g) for k, g in sorted(groups.items())}
+    # each row is scored once: the overall numbers are the kinds' weighted by decisions (ECE does
+    # not add up that way and is left out of "all")
+    n = sum(m["decisions"] for m in kinds.values())
+    overall = {"decisions": n}
+    if n:
+        for key in ("accuracy", "nll", "brier"):
+            overall[key] = sum(m[key] * m["decisions"] for m in kinds.values() if m["decisions"]) / n
+    return {"all": overall, "kinds": kinds}

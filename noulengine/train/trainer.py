@@ -142,7 +142,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
     from noulengine.models.loading import load_model
     from noulengine.records.errors import RecordError
     from noulengine.train.contamination import build_evaluation_index
-    from noulengine.train.selection import selection_metrics
+    from noulengine.train.selection import selection_by_kind, selection_metrics
 
     t_start = time.perf_counter()
     revision = git_revision()  # read at the start: commits made during a long run must not be credited
@@ -251,7 +251,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
             return
         rng = ckpt.rng_state()
         model.eval()
-        point = {"step": step, **_selection_by_kind(engine, sel_rows)}
+        point = {"step": step, **selection_by_kind(engine, sel_rows)}
         model.train()
         ckpt.set_rng_state(rng)
         learning.append(point)
@@ -336,6 +336,8 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
             print(json.dumps({"epoch_done": entry}), flush=True)
     if bar is not None:
         bar.close()
+    if not stopped and config.eval_every and (not learning or learning[-1]["step"] != step):
+        learning_point()  # the curve always ends at the last update, whatever K divides
     if stopped:
         if main:
             print(json.dumps({"paused": {"reason": stopped, "step": step, "of": total,
@@ -398,26 +400,6 @@ def _sha256(path) -> str:
     from noulengine.models.loading import sha256_file
 
     return sha256_file(Path(path))
-
-
-def _selection_by_kind(engine, rows) -> dict:
-    """Selection metrics per kind (a row's ``category``, else ``uncategorized``) and overall: one
-    learning-curve point. Returns ``{"all": {decisions, accuracy, nll, brier}, "kinds": {kind:
-    metrics}}`` (metrics as :func:`~noulengine.train.selection.selection_metrics`)."""
-    from noulengine.train.selection import selection_metrics
-
-    groups: dict[str, list] = {}
-    for r in rows:
-        groups.setdefault(r.record.category or "uncategorized", []).append(r)
-    kinds = {k: selection_metrics(engine, g) for k, g in sorted(groups.items())}
-    # each row is scored once: the overall numbers are the kinds' weighted by decisions (ECE does
-    # not add up that way and is left out of "all")
-    n = sum(m["decisions"] for m in kinds.values())
-    overall = {"decisions": n}
-    if n:
-        for key in ("accuracy", "nll", "brier"):
-            overall[key] = sum(m[key] * m["decisions"] for m in kinds.values() if m["decisions"]) / n
-    return {"all": overall, "kinds": kinds}
 
 
 def _versions(library_versions) -> dict:
