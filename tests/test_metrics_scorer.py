@@ -188,3 +188,20 @@ def test_noul_separation_block():
     one_side = score(ps[:2])["noul"]
     assert one_side["yes_auc"] is None and one_side["p_yes_median_no"] is None and one_side["n"] == 2
     assert score(pairs()[:1])["noul"] == {"n": 0, "yes_auc": None, "p_yes_median_yes": None, "p_yes_median_no": None}
+
+
+def test_the_eval_report_states_the_yes_no_separation(tmp_path):
+    """report.md gives each suite with yes/no questions its P(yes) AUC and medians; a suite
+    without any gets no such line."""
+    from noulengine.eval.report import write_outputs
+    from noulengine.eval.runner import TaskResult
+
+    yn = [(rec(f"n{i}", NOUL, {"ok": {"label": g}}), {"answers": {"ok": answer(YN, [1 - p, p], "noul")}, "error": None})
+          for i, (p, g) in enumerate([(0.8, "yes"), (0.3, "no"), (0.6, "no")])]
+    results = [TaskResult("yn", "ready", rows=3, metrics=score(yn)),
+               TaskResult("choice", "ready", rows=1, metrics=score(pairs()[:1]))]
+    write_outputs(results, tmp_path, {"suite": "t", "engine": {}, "selection": None, "git_revision": None})
+    report = (tmp_path / "report.md").read_text()
+    assert ("Yes/no answers (3): P(yes) separates gold yes from gold no with ROC AUC 1.0000 (0.5 = no "
+            "information); median P(yes) 0.8000 on gold-yes, 0.4500 on gold-no.") in report
+    assert report.count("Yes/no answers") == 1
