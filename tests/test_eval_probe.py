@@ -5,6 +5,7 @@ rotation flip rate, in metrics.json, report.md and the terminal summary; resumab
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -237,3 +238,33 @@ def test_the_probe_is_compared_in_every_run_key_old_or_new():
         assert key_differences(old, probed, given={"readout": "auto", "calibration": None}) == [
             "probe: the folder's run has None, this one 'reverse'"]
     assert key_differences(before, plain) == []
+
+
+@needs_data
+def test_same_rows_compares_models_on_the_rows_all_answered(slot_engine, content_engine, tmp_path):
+    """scripts/same_rows.py: two models' predictions, one run partial, are cut to the rows both
+    answered and scored there by `noulengine score`'s path, with each model's reversal change share
+    (the slot engine answers by position: every reversal changes it; the content engine: none)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import same_rows
+
+    from noulengine.eval.runner import EvalConfig, run_eval
+    from noulengine.eval.score import score_file
+
+    files = {}
+    for name, engine, limit in (("slot", slot_engine, 4), ("content", content_engine, 3)):
+        cfg = EvalConfig(tasks=["agnews"], limit=limit, output=str(tmp_path / name), progress=False, plots=False,
+                         probe="reverse")
+        run_eval(engine, cfg)
+        files[name] = [str(tmp_path / name / "predictions.jsonl")]
+    res = same_rows.compare("agnews", files, tmp_path / "cut")
+    assert res["rows"] == {"agnews": 3}  # the slot run's fourth row has no partner
+    slot, content = res["models"]["slot"]["agnews"], res["models"]["content"]["agnews"]
+    assert slot["order_probe"]["items"] == 3 and slot["order_probe"]["change_share"] == 1.0
+    assert content["order_probe"]["change_share"] == 0.0
+    assert slot["rows_scored"] == content["rows_scored"] == 3
+    assert slot["accuracy"] == score_file("agnews", tmp_path / "cut" / "slot.jsonl")["accuracy"]
+    with pytest.raises(ValueError, match="predicted twice"):
+        same_rows.read_predictions(files["slot"] * 2)
