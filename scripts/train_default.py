@@ -35,8 +35,8 @@ Usage::
     python scripts/train_default.py --steps data       # only rebuild and hash the data
     python scripts/train_default.py --steps data,train,calibrate --mix v3 --work runs/train-v3
                                                        # another data mix (MIXES), not installed
-    python scripts/train_default.py --steps train --max-updates 3000 --eval-every 250 --stop-after 1000
-    python scripts/train_default.py --steps train,calibrate --max-updates 3000 --eval-every 250 --resume
+    python scripts/train_default.py --steps train --epochs 3 --max-updates 2958 --eval-every 250 --stop-after 1000
+    python scripts/train_default.py --steps train,calibrate --epochs 3 --max-updates 2958 --eval-every 250 --resume
                                                        # a step budget over several sessions, with a
                                                        # learning curve (work/learning_curve.{json,csv})
 
@@ -405,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     budget = ap.add_argument_group("step budget and learning curve (noulengine train's flags of the same meaning)")
     budget.add_argument("--max-updates", type=int, default=None, help="the run's length in optimizer updates "
                         "(--max-steps; the LR schedule ends there; default: the recipe's epochs)")
+    budget.add_argument("--epochs", type=int, default=None, help="passes over the data (default: the recipe's 1); "
+                        "--max-updates beyond them is refused, so give both for a longer run")
     budget.add_argument("--eval-every", type=int, default=None, help="score the selection rows per kind every K "
                         "updates: a learning curve, printed and written to <work>/learning_curve.{json,csv}")
     budget.add_argument("--stop-after", type=int, default=None, help="pause after this many updates (a checkpoint "
@@ -445,7 +447,8 @@ def main(argv: list[str] | None = None) -> int:
                   if value is not None for f in (name, str(value))]
         rc = run([py, "-m", "noulengine", "train", "--data", str(work / "data" / "train.jsonl"), "--output", str(model_dir),
                   "--selection", str(work / "data" / "selection.jsonl"), *train_args(args.model, args.name or MIXES[args.mix]["name"], args.layout),
-                  *budget, *(["--resume", str(model_dir)] if args.resume else [])], ok=(0, EXIT_RESUMABLE))
+                  *budget, *(["--epochs", str(args.epochs)] if args.epochs is not None else []),
+                  *(["--resume", str(model_dir)] if args.resume else [])], ok=(0, EXIT_RESUMABLE))
         times["train_s"] = round(time.perf_counter() - t, 1)
         learning_curve(model_dir, work)
         if rc == EXIT_RESUMABLE:

@@ -238,3 +238,10 @@ def test_data_parallel_run_pauses_and_resumes_like_one_run(tmp_path, toy):
     t1, t2 = (json.loads((tmp_path / d / "training.json").read_text()) for d in ("one", "two"))
     assert t1["processes"] == t2["processes"] == 2 and t1["steps"] == t2["steps"] > 3
     assert [x["loss"] for x in t1["loss_curve"]] == pytest.approx([x["loss"] for x in t2["loss_curve"]], abs=2e-6)
+
+
+def test_max_steps_beyond_the_epochs_is_refused(tmp_path, toy):
+    """A run asked for more updates than its epochs hold is refused up front, naming the epochs it
+    needs, instead of ending early on a schedule laid out for the longer run."""
+    with pytest.raises(ValueError, match=r"--max-steps 10000 is more than the \d+ updates of --epochs 1 .*give --epochs \d+"):
+        train(config(toy, tmp_path / "long", epochs=1, max_steps=10_000), evaluation_index=EvaluationIndex())

@@ -199,7 +199,11 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
     steps_per_epoch = max(1, len(epoch0[0]) // world)
     total = steps_per_epoch * config.epochs
     if config.max_steps is not None:
-        total = min(total, config.max_steps)
+        if config.max_steps > total:  # never a silently shorter run than the one asked for
+            need = -(-config.max_steps // steps_per_epoch)
+            raise ValueError(f"--max-steps {config.max_steps} is more than the {total} updates of --epochs "
+                             f"{config.epochs} ({steps_per_epoch} per epoch on this data): give --epochs {need}")
+        total = config.max_steps
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(total, int(config.warmup_ratio * total)))
 
