@@ -33,23 +33,24 @@ if str(REPO) not in sys.path:
 
 
 def read_predictions(files: list[str]) -> dict[tuple[str, int], dict]:
-    """Rows keyed by ``(suite, row)`` from one model's files.
+    """Rows keyed by ``(suite, row)`` from one model's files, each read by eval's own reader
+    (:func:`noulengine.eval.runner.read_predictions`, which drops a killed run's torn last line).
 
     Raises:
-        ValueError: a line is not a JSON object with ``suite`` and ``row``, or a row appears twice.
+        FileNotFoundError: a file is missing.
+        ValueError: a corrupt line, or a row in two of the files.
     """
+    from noulengine.eval.runner import read_predictions as read_run
+
     out: dict[tuple[str, int], dict] = {}
     for f in files:
-        for n, line in enumerate(Path(f).read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            if not isinstance(row, dict) or "suite" not in row or "row" not in row:
-                raise ValueError(f"{f}:{n}: a prediction row needs 'suite' and 'row'")
-            key = (row["suite"], int(row["row"]))
-            if key in out:
-                raise ValueError(f"{f}:{n}: {key[0]} row {key[1]} predicted twice")
-            out[key] = row
+        if not Path(f).is_file():
+            raise FileNotFoundError(f"{f}: no such predictions file")
+        rows = read_run(Path(f))
+        twice = sorted(set(rows) & set(out))
+        if twice:
+            raise ValueError(f"{f}: {twice[0][0]} row {twice[0][1]} predicted twice (also in an earlier file)")
+        out.update(rows)
     return out
 
 
