@@ -153,3 +153,21 @@ def test_readme_example_and_tickets_are_decided_by_content(default_engine, ticke
         assert d.answers["route"].label == route, (ticket, d.answers["route"].probabilities)
         if refund is not None:
             assert d.answers["refund"].label == refund, (ticket, d.answers["refund"].probabilities)
+
+
+def test_readme_tickets_script_reports_what_the_engine_decides(default_engine, capsys):
+    """scripts/readme_tickets.py (how a candidate default is checked on these tickets) counts the
+    same route answers as the default engine gives here, in both orders."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "readme_tickets.py"
+    spec = importlib.util.spec_from_file_location("readme_tickets", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--model", "default"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    want = sum(default_engine.decide({"state": {"ticket": t}, "questions": q}).answers["route"].label == route
+               for t, route, _ in README_TICKETS for q in (README_QUESTIONS, _reverse_options(README_QUESTIONS)))
+    assert len([line for line in out if line.startswith("default |")]) == 2 * len(README_TICKETS)
+    assert out[-1].startswith(f"default: routes {want}/{2 * len(README_TICKETS)}, refund ")

@@ -88,6 +88,10 @@ def test_two_halves_equal_one_run(tmp_path, toy):
     lines = (tmp_path / "two" / "learning_curve.jsonl").read_text().splitlines()
     assert [json.loads(s)["step"] for s in lines] == steps
     assert t2["resumed"] and not t1["resumed"]
+    # where each part ran: one segment for the run in one go, two contiguous ones for the halves
+    assert [(g["from_step"], g["to_step"], g["device"]) for g in t1["segments"]] == [(0, total, "cpu")]
+    assert [(g["from_step"], g["to_step"], g["device"]) for g in t2["segments"]] == [(0, half, "cpu"), (half, total, "cpu")]
+    assert all(g["autocast"] is None and g["train_s"] >= 0 for g in t2["segments"])
     # how each was run (stops, resume path, checkpoints) is not a hyperparameter: the records agree
     assert t1["hyperparameters"] == t2["hyperparameters"] and "resume" not in t2["hyperparameters"]
     assert not (tmp_path / "two" / "checkpoint").exists()  # finished: the checkpoint is gone

@@ -214,6 +214,9 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
     start_epoch = start_batch = 0
     ep_acc = [0.0, 0.0, 0.0]  # the epoch so far: loss x questions, questions, correct
     train_s_before = 0.0  # training seconds of the runs this one resumes
+    # Where each part of a stopped-and-resumed run ran (device, autocast dtype, updates, seconds): a run
+    # paused on a GPU and finished on a CPU is recorded as such in training.json, never as one device.
+    segments: list[dict] = []
     if resumed is not None:
         meta, state = resumed
         load_trainable_state(model, state["trainable"])
@@ -223,6 +226,9 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         p = state["progress"]
         curve, epochs_log, learning = p["curve"], p["epochs"], p["learning_curve"]
         step, seen_examples, ep_acc, train_s_before = p["step"], p["seen_examples"], p["epoch_sums"], p["train_s"]
+        # a checkpoint written before segments were recorded: its updates' device is unknown
+        segments = p.get("segments") or [{"from_step": 0, "to_step": step, "device": None, "autocast": None,
+                                          "train_s": round(train_s_before, 1), "git_revision": None}]
         start_epoch, start_batch = meta["epoch"], meta["batch"]
         if p["best"] is not None:
             best = (p["best"]["nll"], p["best"]["epoch"], p["best"]["trainable"])
@@ -235,6 +241,14 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
 
         bar = tqdm(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True)
 
+    step_at_start = step
+
+    def run_segments() -> list[dict]:
+        """The earlier runs' segments plus this one's so far (from_step inclusive, to_step exclusive)."""
+        return segments + [{"from_step": step_at_start, "to_step": step, "device": str(device),
+                            "autocast": None if autocast is None else str(autocast).replace("torch.", ""),
+                            "train_s": round(time.perf_counter() - t_train, 1), "git_revision": revision}]
+
     def save(epoch: int, batch: int) -> Path | None:
         """Checkpoint after the current update; ``batch`` is the next one's index in this process's share."""
         if not main:
@@ -243,7 +257,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
                 "data_sha256": data_sha256}
         progress = {"curve": curve, "epochs": epochs_log, "learning_curve": learning, "step": step,
                     "seen_examples": seen_examples, "epoch_sums": ep_acc,
-                    "train_s": train_s_before + time.perf_counter() - t_train,
+                    "train_s": train_s_before + time.perf_counter() - t_train, "segments": run_segments(),
                     "best": None if best is None else {"nll": best[0], "epoch": best[1], "trainable": best[2]}}
         state = {"trainable": trainable_state(model), "optimizer": optimizer.state_dict(),
                  "scheduler": scheduler.state_dict(), "rng": ckpt.rng_state(), "progress": progress}
@@ -388,7 +402,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         "epochs": epochs_log, "chosen_epoch": chosen,
         "chosen_by": "selection NLL" if best is not None else "last epoch (no selection rows)",
         "final": final, "files": files, "loss_curve": curve, "learning_curve": learning,
-        "resumed": resume_from is not None,
+        "resumed": resume_from is not None, "segments": run_segments(),
     }
     (output / "training.json").write_text(json.dumps(training, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     result.training = training
