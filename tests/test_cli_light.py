@@ -130,3 +130,17 @@ def test_train_prints_a_summary_and_the_path():
     assert lines[0].startswith(f"trained {training['name']}: ") and "(2 torch threads)" in lines[0]
     assert "epoch 1: train loss" in text and "selection accuracy" in text
     assert "tokenizer_probe" not in text and "loss_curve" not in text
+
+
+def test_train_takes_no_progress_like_eval_and_calibrate():
+    """`noulengine train --no-progress` = `--progress false` (the spelling eval and calibrate take)."""
+    import argparse
+
+    from noulengine.train.__main__ import add_train_args
+
+    ap = argparse.ArgumentParser()
+    add_train_args(ap)
+    base = ["--data", "d.jsonl", "--output", "out"]
+    assert ap.parse_args(base).progress is True
+    assert ap.parse_args(base + ["--no-progress"]).progress is False
+    assert ap.parse_args(base + ["--progress", "false"]).progress is False

@@ -52,6 +52,9 @@ def add_train_args(ap: argparse.ArgumentParser) -> None:
         if f.name == "readout":
             kwargs["choices"] = ["auto", "symbols", "label-token", "label-sequence"]
         ap.add_argument(flag, **kwargs)
+        if f.name == "progress":  # the spelling eval and calibrate take, for the same thing
+            ap.add_argument("--no-progress", dest="progress", action="store_const", const=False,
+                            help="hide the progress bar (= --progress false)")
 
 
 def main(argv: list[str] | None = None) -> int:
