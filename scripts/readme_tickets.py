@@ -22,31 +22,41 @@ from noulengine import Engine  # noqa: E402
 from test_default_model_e2e import README_QUESTIONS, README_TICKETS, _reverse_options  # noqa: E402
 
 
+def report(engine: Engine, name: str) -> tuple[int, int]:
+    """Print one line per (ticket, order) for ``engine`` and a count line headed ``name``.
+
+    Returns:
+        (routes right, refund answers right) over both orders.
+
+    Raises:
+        SystemExit: a ticket's request came back with an error.
+    """
+    routes = refunds = n_refund = 0
+    for ticket, route, refund in README_TICKETS:
+        for order, questions in (("criteria", README_QUESTIONS), ("reversed", _reverse_options(README_QUESTIONS))):
+            d = engine.decide({"state": {"ticket": ticket}, "questions": questions})
+            if d.error is not None:
+                raise SystemExit(f"{name}: {ticket!r}: {d.error}")
+            r, f = d.answers["route"], d.answers["refund"]
+            routes += r.label == route
+            if refund is not None:
+                n_refund += 1
+                refunds += f.label == refund
+            print(f"{name} | {order:8} | {ticket[:48]:48} | route {r.label} ({r.probabilities[r.label]:.2f}) "
+                  f"{'ok' if r.label == route else 'WRONG, want ' + route} | refund P(yes) {f.probabilities['yes']:.2f} "
+                  f"{'' if refund is None else ('ok' if f.label == refund else 'WRONG, want ' + refund)}")
+    print(f"{name}: routes {routes}/{2 * len(README_TICKETS)}, refund {refunds}/{n_refund}")
+    return routes, refunds
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", action="append", required=True, help="default or a model folder (repeatable)")
     ap.add_argument("--dtype", default="float32")
     args = ap.parse_args(argv)
     for spec in args.model:
-        engine = Engine.from_pretrained(None if spec == "default" else spec, dtype=args.dtype)
-        routes = refunds = n_refund = 0
-        for ticket, route, refund in README_TICKETS:
-            for order, questions in (("criteria", README_QUESTIONS), ("reversed", _reverse_options(README_QUESTIONS))):
-                d = engine.decide({"state": {"ticket": ticket}, "questions": questions})
-                if d.error is not None:
-                    raise SystemExit(f"{spec}: {ticket!r}: {d.error}")
-                r, f = d.answers["route"], d.answers["refund"]
-                routes += r.label == route
-                p_yes = f.probabilities["yes"]
-                if refund is not None:
-                    n_refund += 1
-                    refunds += f.label == refund
-                print(f"{spec} | {order:8} | {ticket[:48]:48} | route {r.label} ({r.probabilities[r.label]:.2f}) "
-                      f"{'ok' if r.label == route else 'WRONG, want ' + route} | refund P(yes) {p_yes:.2f} "
-                      f"{'' if refund is None else ('ok' if f.label == refund else 'WRONG, want ' + refund)}")
-        print(f"{spec}: routes {routes}/{2 * len(README_TICKETS)}, refund {refunds}/{n_refund}")
+        report(Engine.from_pretrained(None if spec == "default" else spec, dtype=args.dtype), spec)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -157,7 +157,8 @@ def test_readme_example_and_tickets_are_decided_by_content(default_engine, ticke
 
 def test_readme_tickets_script_reports_what_the_engine_decides(default_engine, capsys):
     """scripts/readme_tickets.py (how a candidate default is checked on these tickets) counts the
-    same route answers as the default engine gives here, in both orders."""
+    same route answers as the default engine gives here, in both orders (its report on this
+    session's engine: no second load of the model)."""
     import importlib.util
     from pathlib import Path
 
@@ -165,7 +166,7 @@ def test_readme_tickets_script_reports_what_the_engine_decides(default_engine, c
     spec = importlib.util.spec_from_file_location("readme_tickets", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod.main(["--model", "default"]) == 0
+    mod.report(default_engine, "default")
     out = capsys.readouterr().out.splitlines()
     want = sum(default_engine.decide({"state": {"ticket": t}, "questions": q}).answers["route"].label == route
                for t, route, _ in README_TICKETS for q in (README_QUESTIONS, _reverse_options(README_QUESTIONS)))
