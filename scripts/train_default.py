@@ -108,7 +108,19 @@ MIXES = {
     # (noulengine.train.nouls); counts and their reasons: V4 below and docs/training.md.
     "v4": {"name": "noul-smollm2-135m-v4", "procedural": PROCEDURAL_ROWS, "scenarios": 0, "framed": {},
            "scenario_selection": 0, "scenario_calibration": 0, "tools_and_nouls": True},
+    # v5 = continued fine-tuning of a trained v4 model (--init-adapter: the three-epoch v4 run) on the
+    # workflow scenarios (noulengine.train.scenarios) with a replay of v4's own rows. Why: v4 learnt
+    # yes/no and tools on their own kinds but stayed at chance on typed_decisions, whose states are
+    # workflow evidence; v3 showed 120 scenario records per kind barely move one epoch. CONTINUE below.
+    "v5": {"name": "noul-smollm2-135m-v5", "continues": "v4"},
 }
+# v5's rows: 1,600 scenario records (320 per kind, levels 0-4, their own seed) and an equal replay
+# of v4's train rows (a seeded sample: AG News, WildJailbreak, procedural, tools and nouls in v4's
+# proportions) so what v4 learnt is rehearsed, not overwritten; selection = v4's plus 60 scenario
+# records (v3's selection seed: never trained on); calibration = v4's plus 100 scenario records.
+# LR 5e-4 (half v4's peak): the run starts from a trained adapter, not from peft's zero B.
+CONTINUE = {"scenarios": 1600, "replay": 1600, "scenario_selection": 60, "scenario_calibration": 100,
+            "lr": "5e-4", "seed_offset": 40}
 # v4's extra rows (issue #33 items 1-2), each drawn with its own seed, so v2 and v3 stay byte-identical.
 # * tools: ToolRL's usable rows give 300 train decisions from 251 source rows (the rest held out for
 #   selection or left out by rule; the data report counts each reason). Each is asked 3 times, once per
@@ -342,6 +354,53 @@ def build_data(data_dir: Path, out: Path, mix: str = "v2") -> dict:
     return info
 
 
+def build_continuation_data(data_dir: Path, out: Path, mix: str) -> dict:
+    """Write a continuation mix's (``MIXES[mix]["continues"]``, e.g. v5) ``train.jsonl``,
+    ``selection.jsonl`` and ``calibration_procedural.jsonl``: the base mix's data is built first
+    (``out/base/``), then :data:`CONTINUE`'s scenario records and replay sample are drawn with their
+    own seeds; returns their hashes and counts, the base mix's included."""
+    from noulengine.train.contamination import build_evaluation_index
+
+    plan = MIXES[mix]
+    base = build_data(data_dir, out / "base", plan["continues"])
+    index = build_evaluation_index()
+    seed = SCENARIO_SEED + CONTINUE["seed_offset"]
+    rng = random.Random(seed)
+
+    def read(path) -> list[dict]:
+        return [json.loads(line) for line in Path(path).open(encoding="utf-8")]
+
+    def scen(n: int, s: int, role: str | None) -> list[dict]:
+        recs = [r for r in scenarios.generate(n, seed=s) if index.overlap(r["id"], r["state"]) is None]
+        for r in recs:
+            if role:
+                r["validation_role"] = role
+        return recs
+
+    fresh = scen(CONTINUE["scenarios"], seed, None)
+    replay = rng.sample(read(base["train"]["path"]), CONTINUE["replay"])
+    rows = fresh + replay
+    rng.shuffle(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"train": write_jsonl(out / "train.jsonl", rows),
+             "selection": write_jsonl(out / "selection.jsonl", read(base["selection"]["path"])
+                                      + scen(CONTINUE["scenario_selection"], SCENARIO_SEED + 1, "selection")),
+             "calibration_procedural": write_jsonl(out / "calibration_procedural.jsonl",
+                                                   read(base["calibration_procedural"]["path"])
+                                                   + scen(CONTINUE["scenario_calibration"], SCENARIO_SEED + 2,
+                                                          "calibration"))}
+    info = {k: {"path": str(p), "sha256": sha256_file(p), "rows": sum(1 for _ in p.open())} for k, p in files.items()}
+    info["train"]["sources"] = {"scenarios": len(fresh), "scenario_questions": sum(len(r["questions"]) for r in fresh),
+                                "scenarios_dropped_as_overlapping_an_evaluation_suite": CONTINUE["scenarios"] - len(fresh),
+                                f"replay_of_{plan['continues']}": dict(sorted(Counter(
+                                    r.get("category", "other").split(":")[0] for r in replay).items()))}
+    info["selection"]["kinds"] = dict(sorted(Counter(r.get("category", "v2").split(":")[0]
+                                                     for r in read(files["selection"])).items()))
+    info["mix"], info["continues"], info["base"] = mix, plan["continues"], base
+    (out / "data.json").write_text(json.dumps(info, indent=1) + "\n")
+    return info
+
+
 def train_args(model: str | None = None, name: str | None = None, layout: str | None = None) -> list[str]:
     """The recipe's ``noulengine train`` flags, optionally with another base model, name and prompt
     layout (``state-first``, the trainer's default, or ``schema-first``)."""
@@ -414,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     budget.add_argument("--checkpoint-every", type=int, default=None, help="save a checkpoint every N updates")
     budget.add_argument("--resume", action="store_true", help="continue the paused or killed train step from "
                         "<work>/model/checkpoint/ (same mix, data and budget)")
+    ap.add_argument("--init-adapter", default=None, help="a continuation mix (v5): the trained model folder it starts "
+                    "from (noulengine train --init-adapter)")
     args = ap.parse_args(argv)
     steps = args.steps.split(",")
     if args.model is not None and "install" in steps and embedded_base(args.model) is None:
@@ -428,8 +489,12 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = work / "model"
     times = {}
     t0 = time.perf_counter()
+    plan = MIXES[args.mix]
+    if plan.get("continues") and "train" in steps and args.init_adapter is None and not args.resume:
+        ap.error(f"--mix {args.mix} continues a trained {plan['continues']} model: give --init-adapter <its model folder>")
     if "data" in steps:
-        info = build_data(data_dir, work / "data", args.mix)
+        info = (build_continuation_data(data_dir, work / "data", args.mix) if plan.get("continues")
+                else build_data(data_dir, work / "data", args.mix))
         print(json.dumps(info, indent=1))
         installed = DEFAULT_ADAPTER_DIR / "training.json"
         if installed.is_file():  # reproducibility: the committed adapter names the data it was trained on
@@ -448,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         rc = run([py, "-m", "noulengine", "train", "--data", str(work / "data" / "train.jsonl"), "--output", str(model_dir),
                   "--selection", str(work / "data" / "selection.jsonl"), *train_args(args.model, args.name or MIXES[args.mix]["name"], args.layout),
                   *budget, *(["--epochs", str(args.epochs)] if args.epochs is not None else []),
+                  *(["--init-adapter", args.init_adapter, "--lr", CONTINUE["lr"]] if plan.get("continues") else []),
                   *(["--resume", str(model_dir)] if args.resume else [])], ok=(0, EXIT_RESUMABLE))
         times["train_s"] = round(time.perf_counter() - t, 1)
         learning_curve(model_dir, work)

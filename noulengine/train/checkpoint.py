@@ -35,7 +35,8 @@ VERSION = 1
 DIRNAME = "checkpoint"
 # Settings that change what is logged or where, never the trained weights: a resume may change them.
 FREE_SETTINGS = ("output", "progress", "device", "resume", "stop_after", "checkpoint_every", "eval_every", "name",
-                 "data", "selection")  # data and selection are compared by content (sha256), not by path
+                 "data", "selection", "init_adapter")  # data, selection and the initial adapter are
+# compared by content (sha256), not by path
 EXIT_RESUMABLE = 75  # EX_TEMPFAIL: `noulengine train` stopped early with a checkpoint; rerun with --resume
 
 
@@ -109,7 +110,8 @@ def load_checkpoint(folder: Path, *, settings: dict, data_sha256: dict) -> tuple
     Args:
         folder: what :func:`find_checkpoint` returned.
         settings: this command's :func:`pinned_settings`.
-        data_sha256: ``{"train": sha256, "selection": sha256 or None}`` of this command's files.
+        data_sha256: ``{"train": sha256, "selection": sha256 or None, "init_adapter": sha256 or None}``
+            of this command's files (the initial adapter's ``adapter_model.safetensors``).
 
     Returns:
         ``(meta, state)``.
@@ -127,7 +129,7 @@ def load_checkpoint(folder: Path, *, settings: dict, data_sha256: dict) -> tuple
         if settings.get(key) != meta["settings"].get(key):
             problems.append(f"--{key.replace('_', '-')}: the checkpoint has {meta['settings'].get(key)!r}, this "
                             f"command {settings.get(key)!r}")
-    for key, flag in (("train", "--data"), ("selection", "--selection")):
+    for key, flag in (("train", "--data"), ("selection", "--selection"), ("init_adapter", "--init-adapter")):
         if data_sha256.get(key) != meta["data_sha256"].get(key):
             problems.append(f"{flag}: the file's sha256 is {data_sha256.get(key)}, the checkpoint was trained on "
                             f"{meta['data_sha256'].get(key)}")

@@ -52,6 +52,10 @@ class TrainConfig:
             checkpoint/ folder); every other setting and the data must be the checkpoint's.
         eval_every: score the selection rows every K updates, per kind (the rows' category): a
             learning curve in training.json and <output>/learning_curve.jsonl (None: only per epoch).
+        init_adapter: start LoRA from this trained adapter's weights (a noulengine train output
+            folder or any peft LoRA adapter of the same base, rank, alpha, targets and layers):
+            continued fine-tuning with a fresh optimizer and LR schedule; the saved adapter stands
+            alone (base + it), never stacked (None: peft's initialisation).
         merge: save LoRA merged into full weights instead of an adapter.
         device: cuda | cpu | None (CUDA when available).
         name: model name recorded in training.json (default: the output folder's name).
@@ -90,6 +94,7 @@ class TrainConfig:
     checkpoint_every: int | None = None
     resume: str | None = None
     eval_every: int | None = None
+    init_adapter: str | None = None
     merge: bool = False
     device: str | None = None
     name: str | None = None
@@ -115,5 +120,7 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")
         if self.eval_every is not None and not self.selection:
             raise ValueError("eval_every scores the selection rows: give selection (--selection) too")
+        if self.init_adapter is not None and self.method != "lora":
+            raise ValueError(f"init_adapter starts a LoRA run from an adapter: method must be 'lora', got {self.method!r}")
         if self.lr is None:
             self.lr = DEFAULT_LR[self.method]

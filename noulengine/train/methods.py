@@ -160,3 +160,81 @@ def save_trained(model, tokenizer, output: Path, *, method: str, merge: bool = F
     if "README.md" not in before and card.is_file():
         card.unlink()
     return sorted(set(p.name for p in output.iterdir()) - before)
+
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+class InitAdapterError(ValueError):
+    """``--init-adapter`` names an adapter this run cannot start from (message: the field and rule)."""
+
+
+def init_lora_from_adapter(model, adapter_dir, *, base_sha256: str | None = None, layout: str | None = None,
+                           readout: str | None = None) -> dict:
+    """Copy a trained LoRA adapter's weights into a freshly peft-wrapped ``model`` (continued fine-tuning).
+
+    The run's own LoRA settings must be the adapter's (rank ``r``, ``lora_alpha``, target modules and
+    ``layers_to_transform``, from its ``adapter_config.json``), and every LoRA tensor of the run must
+    be in the file with the same shape (float32 on the model's device after the copy): the saved result
+    is then a complete adapter of the base, not a second adapter stacked on the first. Where the adapter
+    folder holds a noulengine ``training.json``, its base (sha256), prompt layout and readout must be the
+    run's too: an adapter trained on another base or prompt does not start this run.
+
+    Args:
+        model: what :func:`apply_method` returned with ``method="lora"``.
+        adapter_dir: folder with ``adapter_config.json`` and ``adapter_model.safetensors``.
+        base_sha256 / layout / readout: this run's, compared with the adapter's ``training.json``.
+
+    Returns:
+        ``{"path", "sha256", "tensors", "name", "steps", "verified_base"}`` for ``training.json``.
+
+    Raises:
+        InitAdapterError: a missing file, other LoRA settings, base, layout or readout, or tensors
+            missing, extra or of another shape.
+    """
+    import hashlib
+    import json
+
+    from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    folder = Path(adapter_dir)
+    cfg_path, weights_path = folder / "adapter_config.json", folder / ADAPTER_WEIGHTS
+    for path in (cfg_path, weights_path):
+        if not path.is_file():
+            raise InitAdapterError(f"--init-adapter {folder}: no {path.name} there (a LoRA adapter folder has "
+                                   f"adapter_config.json and {ADAPTER_WEIGHTS})")
+    saved = json.loads(cfg_path.read_text(encoding="utf-8"))
+    run = model.peft_config["default"]
+    problems = []
+    for key, mine, theirs in (("r", run.r, saved.get("r")), ("lora_alpha", run.lora_alpha, saved.get("lora_alpha")),
+                              ("target_modules", sorted(run.target_modules) if not isinstance(run.target_modules, str)
+                               else run.target_modules, sorted(saved.get("target_modules") or [])
+                               if not isinstance(saved.get("target_modules"), str) else saved.get("target_modules")),
+                              ("layers_to_transform", run.layers_to_transform, saved.get("layers_to_transform"))):
+        if mine != theirs:
+            problems.append(f"adapter_config.json {key} is {theirs!r}, this run's is {mine!r}")
+    info = {}
+    training_path = folder / "training.json"
+    if training_path.is_file():
+        info = json.loads(training_path.read_text(encoding="utf-8"))
+        for key, mine, theirs in (("base_model.sha256", base_sha256, (info.get("base_model") or {}).get("sha256")),
+                                  ("layout", layout, info.get("layout", "state-first")),
+                                  ("readout", readout, info.get("readout"))):
+            if mine is not None and theirs != mine:
+                problems.append(f"training.json {key} is {theirs!r}, this run's is {mine!r}")
+    if problems:
+        raise InitAdapterError(f"--init-adapter {folder}: cannot start this run from it:\n  " + "\n  ".join(problems))
+    weights = load_file(str(weights_path))
+    want = get_peft_model_state_dict(model)
+    missing = sorted(set(want) - set(weights))
+    extra = sorted(set(weights) - set(want))
+    shapes = [k for k in want if k in weights and tuple(weights[k].shape) != tuple(want[k].shape)]
+    if missing or extra or shapes:
+        raise InitAdapterError(f"--init-adapter {folder}: {ADAPTER_WEIGHTS} does not fit this run: "
+                               f"{len(missing)} tensors missing (first {missing[:2]}), {len(extra)} extra "
+                               f"(first {extra[:2]}), {len(shapes)} of another shape (first {shapes[:2]})")
+    set_peft_model_state_dict(model, {k: v.to(torch.float32) for k, v in weights.items()})
+    return {"path": str(folder.resolve()), "sha256": hashlib.sha256(weights_path.read_bytes()).hexdigest(),
+            "tensors": len(weights), "name": info.get("name"), "steps": info.get("steps"),
+            "verified_base": bool(info)}

@@ -18,6 +18,8 @@ Resumable (:mod:`noulengine.train.checkpoint`): a checkpoint is saved every ``ch
 updates, at ``stop_after`` and at SIGTERM/SIGINT (the update under way finishes first); ``resume``
 continues from one, and a run stopped and resumed ends with the same weights and logs as one run.
 With ``eval_every`` the selection rows are scored per kind every K updates (a learning curve).
+``init_adapter`` starts LoRA from a trained adapter's weights (continued fine-tuning on new data,
+with a fresh optimizer and schedule; :func:`~noulengine.train.methods.init_lora_from_adapter`).
 
 Data parallel: launched with ``torchrun --nproc_per_node N -m noulengine.train ...`` (CPU, gloo)
 or ``accelerate launch --multi_gpu --num_processes N -m noulengine.train ...`` (GPUs), the
@@ -47,8 +49,8 @@ from noulengine.train import checkpoint as ckpt
 from noulengine.train.config import TrainConfig  # noqa: F401 - re-exported (noulengine.train.TrainConfig)
 from noulengine.train.data import TrainingDataError, load_training_rows
 from noulengine.train.loss import batch_losses, compile_example
-from noulengine.train.methods import (apply_method, load_trainable_state, save_trained,
-                                      trainable_parameters, trainable_state)
+from noulengine.train.methods import (ADAPTER_WEIGHTS, apply_method, init_lora_from_adapter, load_trainable_state,
+                                      save_trained, trainable_parameters, trainable_state)
 
 FORMAT = "noulengine-training"
 VERSION = 1
@@ -171,6 +173,9 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
             sel_rows = sel_rows[:config.selection_limit]
 
     data_sha256 = {"train": _sha256(config.data), "selection": _sha256(config.selection) if config.selection else None}
+    if config.init_adapter is not None:  # compared by content on --resume, like the data
+        weights = Path(config.init_adapter) / ADAPTER_WEIGHTS
+        data_sha256["init_adapter"] = _sha256(weights) if weights.is_file() else None
     resumed = None
     if resume_from is not None:  # checked before the model loads: a wrong command fails at once
         resumed = ckpt.load_checkpoint(resume_from, settings=ckpt.pinned_settings(config), data_sha256=data_sha256)
@@ -181,6 +186,10 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
     model = apply_method(loaded.model, method=config.method, lora_r=config.lora_r, lora_alpha=config.lora_alpha,
                          lora_dropout=config.lora_dropout, lora_layers=config.lora_layers, top_k=config.top_k,
                          train_vision=config.train_vision)
+    init = None
+    if config.init_adapter is not None:  # before the optimizer sees the parameters
+        init = init_lora_from_adapter(model, config.init_adapter, base_sha256=base_identity.get("sha256"),
+                                      layout=config.layout, readout=config.readout)
     tokenizer = loaded.tokenizer
     params = trainable_parameters(model)
     n_trainable = sum(p.numel() for p in params)
@@ -391,6 +400,8 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         "hyperparameters": {k: v for k, v in dataclasses.asdict(config).items()
                             if k not in ("data", "output", "model", "selection", "progress", "device", "name")
                             and k not in ckpt.FREE_SETTINGS},  # how it was run (stops, checkpoints), not what
+        # continued fine-tuning: the adapter it started from (its weights' sha256), else None
+        "init_adapter": init,
         "trainable_parameters": n_trainable,
         "data": {"train": _file_info(Path(config.data), rows),
                  "selection": _file_info(Path(config.selection), sel_rows) if config.selection else None},
