@@ -249,3 +249,26 @@ def test_max_steps_beyond_the_epochs_is_refused(tmp_path, toy):
     needs, instead of ending early on a schedule laid out for the longer run."""
     with pytest.raises(ValueError, match=r"--max-steps 10000 is more than the \d+ updates of --epochs 1 .*give --epochs \d+"):
         train(config(toy, tmp_path / "long", epochs=1, max_steps=10_000), evaluation_index=EvaluationIndex())
+
+
+def test_the_last_update_is_scored_by_one_forward_pass(tmp_path, toy, monkeypatch):
+    """The run's last learning-curve point and its epoch's selection score read the same weights: one
+    pass over the selection rows serves both (a 722-row selection costs minutes on a CPU)."""
+    from noulengine.train import selection
+
+    calls = []
+    real = selection.decide_rows
+
+    def counting(engine, rows):
+        calls.append(len(rows))
+        return real(engine, rows)
+
+    monkeypatch.setattr(selection, "decide_rows", counting)
+    run = train(config(toy, tmp_path / "odd", epochs=1, max_steps=7, eval_every=3), evaluation_index=EvaluationIndex())
+    points = run.training["learning_curve"]
+    assert [p["step"] for p in points] == [0, 3, 6, 7]
+    assert len(calls) == len(points)  # not one more for the epoch's end
+    last, epoch = points[-1]["all"], run.training["epochs"][-1]["selection"]
+    assert epoch["decisions"] == last["decisions"]
+    assert epoch["accuracy"] == pytest.approx(last["accuracy"], abs=1e-12)
+    assert epoch["nll"] == pytest.approx(last["nll"], abs=1e-9)

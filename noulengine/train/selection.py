@@ -16,8 +16,15 @@ from noulengine.metrics.calibration import expected_calibration_error
 from noulengine.metrics.functional import PROB_FLOOR, binary_auc
 
 
-def selection_metrics(engine, rows, *, debias: str = "none") -> dict:
-    """Score ``rows`` (:class:`~noulengine.train.data.TrainRow`) with ``engine``.
+def decide_rows(engine, rows) -> list:
+    """``engine``'s decisions for ``rows`` (:class:`~noulengine.train.data.TrainRow`), in order: what
+    :func:`selection_metrics` and :func:`selection_by_kind` score, computed once when both want them."""
+    return engine.decide_batch([r.record.request for r in rows], on_error="raise")
+
+
+def selection_metrics(engine, rows, *, debias: str = "none", decisions: list | None = None) -> dict:
+    """Score ``rows`` (:class:`~noulengine.train.data.TrainRow`) with ``engine``, or score the
+    given ``decisions`` (:func:`decide_rows` of the same engine and rows) without a forward pass.
 
     Returns:
         ``{"decisions", "accuracy", "nll", "brier", "ece", "x_mass_median"}``, plus
@@ -26,7 +33,10 @@ def selection_metrics(engine, rows, *, debias: str = "none") -> dict:
         :func:`~noulengine.metrics.functional.binary_auc`) when the rows hold yes/no questions with
         both answers among their golds.
     """
-    decisions = engine.decide_batch([r.record.request for r in rows], on_error="raise")
+    if decisions is None:
+        decisions = decide_rows(engine, rows)
+    if len(decisions) != len(rows):
+        raise ValueError(f"{len(decisions)} decisions for {len(rows)} rows")
     conf, correct, nlls, briers, masses, flips, yes = [], [], [], [], [], [], []
     for row, dec in zip(rows, decisions):
         for q, gold in zip(row.record.request.questions, row.gold):
@@ -57,14 +67,19 @@ def selection_metrics(engine, rows, *, debias: str = "none") -> dict:
     return out
 
 
-def selection_by_kind(engine, rows) -> dict:
+def selection_by_kind(engine, rows, *, decisions: list | None = None) -> dict:
     """Selection metrics per kind (a row's ``category``, else ``uncategorized``) and overall: one
     learning-curve point. Returns ``{"all": {decisions, accuracy, nll, brier}, "kinds": {kind:
-    metrics}}`` (metrics as :func:`selection_metrics`, so a yes/no kind carries ``yes_auc``)."""
-    groups: dict[str, list] = {}
-    for r in rows:
-        groups.setdefault(r.record.category or "uncategorized", []).append(r)
-    kinds = {k: selection_metrics(engine, g) for k, g in sorted(groups.items())}
+    metrics}}`` (metrics as :func:`selection_metrics`, so a yes/no kind carries ``yes_auc``).
+    ``decisions``: :func:`decide_rows` of the same engine and rows (no second forward pass)."""
+    if decisions is None:
+        decisions = decide_rows(engine, rows)
+    groups: dict[str, tuple[list, list]] = {}
+    for r, d in zip(rows, decisions, strict=True):
+        g = groups.setdefault(r.record.category or "uncategorized", ([], []))
+        g[0].append(r)
+        g[1].append(d)
+    kinds = {k: selection_metrics(engine, g, decisions=d) for k, (g, d) in sorted(groups.items())}
     # each row is scored once: the overall numbers are the kinds' weighted by decisions (ECE does
     # not add up that way and is left out of "all")
     n = sum(m["decisions"] for m in kinds.values())

@@ -144,7 +144,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
     from noulengine.models.loading import load_model
     from noulengine.records.errors import RecordError
     from noulengine.train.contamination import build_evaluation_index
-    from noulengine.train.selection import selection_by_kind, selection_metrics
+    from noulengine.train.selection import decide_rows, selection_by_kind, selection_metrics
 
     t_start = time.perf_counter()
     revision = git_revision()  # read at the start: commits made during a long run must not be credited
@@ -272,14 +272,23 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
                  "scheduler": scheduler.state_dict(), "rng": ckpt.rng_state(), "progress": progress}
         return ckpt.save_checkpoint(output, meta, state)
 
+    scored: dict = {}  # the selection rows' decisions at one update: {"step", "decisions"}
+
+    def selection_decisions() -> list:
+        """The selection rows' decisions with the weights of this update, computed once per update: the
+        last update's learning-curve point and its epoch's selection score read the same forward pass."""
+        if scored.get("step") != step:
+            model.eval()
+            scored.update(step=step, decisions=decide_rows(engine, sel_rows))
+            model.train()
+        return scored["decisions"]
+
     def learning_point() -> None:
         """Selection metrics per kind now; the RNG states are put back so scoring never changes training."""
         if not (main and sel_rows and config.eval_every):
             return
         rng = ckpt.rng_state()
-        model.eval()
-        point = {"step": step, **selection_by_kind(engine, sel_rows)}
-        model.train()
+        point = {"step": step, **selection_by_kind(engine, sel_rows, decisions=selection_decisions())}
         ckpt.set_rng_state(rng)
         learning.append(point)
         output.mkdir(parents=True, exist_ok=True)
@@ -353,9 +362,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         entry = {"epoch": epoch + 1, "steps": step, "train_loss": ep_acc[0] / max(ep_acc[1], 1),
                  "train_accuracy": ep_acc[2] / max(ep_acc[1], 1), "train_questions": int(ep_acc[1])}
         if sel_rows and main:
-            model.eval()
-            entry["selection"] = selection_metrics(engine, sel_rows)
-            model.train()
+            entry["selection"] = selection_metrics(engine, sel_rows, decisions=selection_decisions())
             if best is None or entry["selection"]["nll"] < best[0]:
                 best = (entry["selection"]["nll"], epoch + 1, trainable_state(model))
         epochs_log.append(entry)
