@@ -490,8 +490,14 @@ def main(argv: list[str] | None = None) -> int:
     times = {}
     t0 = time.perf_counter()
     plan = MIXES[args.mix]
-    if plan.get("continues") and "train" in steps and args.init_adapter is None and not args.resume:
-        ap.error(f"--mix {args.mix} continues a trained {plan['continues']} model: give --init-adapter <its model folder>")
+    if plan.get("continues") and "train" in steps and args.init_adapter is None:
+        ap.error(f"--mix {args.mix} continues a trained {plan['continues']} model: give --init-adapter <its model folder> "
+                 "(with --resume too: the checkpoint pins that adapter's sha256)")
+    if args.init_adapter is not None and not plan.get("continues"):
+        ap.error(f"--init-adapter: --mix {args.mix} trains from the base; only a continuation mix ("
+                 + ", ".join(k for k, v in MIXES.items() if v.get("continues")) + ") starts from an adapter")
+    if args.init_adapter is not None:  # the trainer runs in the repository: a path relative to here must survive
+        args.init_adapter = str(Path(args.init_adapter).resolve())
     if "data" in steps:
         info = (build_continuation_data(data_dir, work / "data", args.mix) if plan.get("continues")
                 else build_data(data_dir, work / "data", args.mix))

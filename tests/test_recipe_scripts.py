@@ -87,6 +87,46 @@ def test_report_reads_training_and_probe_metrics(tmp_path):
     assert json.loads((tmp_path / "comparison.json").read_text())["smollm2"]["flip_rate"] == 0.243
 
 
+def test_continuation_mix_needs_its_adapter_and_only_it_takes_one(tmp_path, capsys):
+    """v5 continues a v4 model: without --init-adapter (a resume included: the checkpoint pins the
+    adapter's sha256) it is refused; a mix trained from the base refuses --init-adapter, never
+    silently dropping it."""
+    for argv in (["--mix", "v5", "--steps", "train"], ["--mix", "v5", "--steps", "train", "--resume"],
+                 ["--mix", "v4", "--steps", "train", "--init-adapter", str(tmp_path)]):
+        with pytest.raises(SystemExit) as exc:
+            train_default.main([*argv, "--work", str(tmp_path / "w")])
+        assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--mix v5 continues a trained v4 model: give --init-adapter" in err
+    assert "--init-adapter: --mix v4 trains from the base; only a continuation mix (v5)" in err
+    assert not (tmp_path / "w").exists()
+
+
+def test_continuation_data_is_the_base_mix_plus_scenarios_and_a_replay(tmp_path):
+    """v5's data: v4's files rebuilt under data/base (the sha256 v4 pins), then CONTINUE's scenario
+    records and a replay sample of v4's own train rows; selection and calibration extend v4's."""
+    from noulengine.eval.suites import resolve_data_dir
+
+    data_dir = resolve_data_dir(None)
+    if data_dir is None:
+        pytest.skip("no raw data root (../shared/data or $NOULENGINE_DATA)")
+    info = train_default.build_continuation_data(data_dir, tmp_path / "v5", "v5")
+    c = train_default.CONTINUE
+    assert info["continues"] == "v4" and info["base"]["mix"] == "v4"
+    assert info["train"]["rows"] == c["scenarios"] + c["replay"]
+    assert info["train"]["sources"]["scenarios"] == c["scenarios"]
+    base_rows = {json.loads(x)["id"] for x in (tmp_path / "v5" / "base" / "train.jsonl").read_text().splitlines()}
+    rows = [json.loads(x) for x in (tmp_path / "v5" / "train.jsonl").read_text().splitlines()]
+    assert len({r["id"] for r in rows}) == len(rows)
+    replay = [r for r in rows if r["id"] in base_rows]
+    assert len(replay) == c["replay"] and sum(str(r.get("category", "")).startswith("scenario:") for r in rows) == c["scenarios"]
+    assert info["selection"]["rows"] == info["base"]["selection"]["rows"] + c["scenario_selection"]
+    sel_ids = {json.loads(x)["id"] for x in (tmp_path / "v5" / "selection.jsonl").read_text().splitlines()}
+    assert not sel_ids & {r["id"] for r in rows}  # selection never trains
+    again = train_default.build_continuation_data(data_dir, tmp_path / "again", "v5")
+    assert again["train"]["sha256"] == info["train"]["sha256"]
+
+
 def test_data_mixes_rebuild_the_installed_data_and_v3_adds_its_rows(tmp_path):
     """The installed default's mix rebuilds byte for byte the train.jsonl its training.json pins
     (adding the v3 mix changed none of it); v3 adds workflow scenarios and framed prompts."""

@@ -65,6 +65,26 @@ def test_an_adapter_of_other_lora_settings_is_refused_by_name(tmp_path, toy):
               evaluation_index=index)
     with pytest.raises(InitAdapterError, match="no adapter_config.json there"):
         train(config(toy, tmp_path / "d", init_adapter=str(tmp_path)), evaluation_index=index)
+    # a merged model's folder is named as such
+    train(config(toy, tmp_path / "m", merge=True, max_steps=1), evaluation_index=index)
+    with pytest.raises(InitAdapterError, match="holds full model weights"):
+        train(config(toy, tmp_path / "d2", init_adapter=str(tmp_path / "m")), evaluation_index=index)
+    # fields that change what a tensor means without changing its shape: a plain peft adapter (no
+    # training.json) with rsLoRA scaling would load and be another model
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (plain / name).write_bytes((tmp_path / "a" / name).read_bytes())
+    cfg = json.loads((plain / "adapter_config.json").read_text())
+    (plain / "adapter_config.json").write_text(json.dumps({**cfg, "use_rslora": True}))
+    with pytest.raises(InitAdapterError, match=r"use_rslora is True, this run's is False \(this trainer always uses"):
+        train(config(toy, tmp_path / "f", init_adapter=str(plain)), evaluation_index=index)
+    (plain / "adapter_config.json").write_text("{not json")
+    with pytest.raises(InitAdapterError, match="adapter_config.json is not readable JSON"):
+        train(config(toy, tmp_path / "g", init_adapter=str(plain)), evaluation_index=index)
+    (plain / "adapter_config.json").write_text(json.dumps(cfg))
+    plain_run = train(config(toy, tmp_path / "h", init_adapter=str(plain), max_steps=1), evaluation_index=index)
+    assert plain_run.training["init_adapter"]["verified_base"] is False  # no training.json: base unchecked
     with pytest.raises(ValueError, match="method must be 'lora'"):
         config(toy, tmp_path / "e", method="full", init_adapter=str(tmp_path / "a"))
 
@@ -78,6 +98,9 @@ def test_resume_refuses_another_initial_adapter(tmp_path, toy):
     meta = json.loads((tmp_path / "b" / "checkpoint" / "checkpoint.json").read_text())
     assert meta["data_sha256"]["init_adapter"] == hashlib.sha256(
         (tmp_path / "a" / "adapter_model.safetensors").read_bytes()).hexdigest()
+    with pytest.raises(ValueError, match=r"--init-adapter: the checkpoint was trained with it \(sha256 [0-9a-f]{64}\), "
+                       "this command has none"):
+        train(config(toy, tmp_path / "b", resume=str(tmp_path / "b")), evaluation_index=index)
     with pytest.raises(ValueError, match="--init-adapter: the file's sha256"):
         train(config(toy, tmp_path / "b", init_adapter=str(tmp_path / "a2"), resume=str(tmp_path / "b")),
               evaluation_index=index)

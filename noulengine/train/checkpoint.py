@@ -130,9 +130,14 @@ def load_checkpoint(folder: Path, *, settings: dict, data_sha256: dict) -> tuple
             problems.append(f"--{key.replace('_', '-')}: the checkpoint has {meta['settings'].get(key)!r}, this "
                             f"command {settings.get(key)!r}")
     for key, flag in (("train", "--data"), ("selection", "--selection"), ("init_adapter", "--init-adapter")):
-        if data_sha256.get(key) != meta["data_sha256"].get(key):
-            problems.append(f"{flag}: the file's sha256 is {data_sha256.get(key)}, the checkpoint was trained on "
-                            f"{meta['data_sha256'].get(key)}")
+        mine, theirs = data_sha256.get(key), meta["data_sha256"].get(key)
+        if mine == theirs:
+            continue
+        if mine is None or theirs is None:  # a flag given on one side only
+            problems.append(f"{flag}: the checkpoint was trained {'with' if theirs else 'without'} it"
+                            + (f" (sha256 {theirs})" if theirs else "") + f", this command {'has none' if theirs else 'gives one'}")
+        else:
+            problems.append(f"{flag}: the file's sha256 is {mine}, the checkpoint was trained on {theirs}")
     if problems:
         raise ValueError(f"--resume {folder}: the checkpoint was made by another training run; repeat its "
                          "settings and data:\n  " + "\n  ".join(problems))

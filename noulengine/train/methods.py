@@ -163,66 +163,122 @@ def save_trained(model, tokenizer, output: Path, *, method: str, merge: bool = F
 
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+TRAINING_FORMAT = "noulengine-training"  # training.json's "format" (noulengine.train.trainer.FORMAT)
+# adapter_config.json fields that change what a LoRA tensor means without changing its shape: an
+# adapter differing in one of them would load and give another model; each maps to the flag that sets
+# it here (None: no flag, this trainer always uses the peft default).
+_LORA_FIELDS = (("r", "--lora-r"), ("lora_alpha", "--lora-alpha"), ("target_modules", "--lora-layers / --train-vision"),
+                ("layers_to_transform", "--lora-layers"), ("use_rslora", None), ("use_dora", None),
+                ("alpha_pattern", None), ("rank_pattern", None), ("bias", None))
+_PEFT_DEFAULTS = {"use_rslora": False, "use_dora": False, "alpha_pattern": {}, "rank_pattern": {}, "bias": "none"}
 
 
 class InitAdapterError(ValueError):
     """``--init-adapter`` names an adapter this run cannot start from (message: the field and rule)."""
 
 
+def _read_json(path: Path) -> dict:
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise InitAdapterError(f"--init-adapter {path.parent}: {path.name} is not readable JSON ({e})") from None
+
+
+def check_init_adapter_files(adapter_dir) -> Path:
+    """Fail fast (before a base model loads): ``adapter_dir`` must hold a LoRA adapter's two files.
+
+    Raises:
+        InitAdapterError: a missing folder or file; a merged model's folder is named as such.
+    """
+    folder = Path(adapter_dir)
+    if not folder.is_dir():
+        raise InitAdapterError(f"--init-adapter {folder}: no such folder")
+    for name in ("adapter_config.json", ADAPTER_WEIGHTS):
+        if not (folder / name).is_file():
+            merged = (folder / "config.json").is_file()
+            raise InitAdapterError(f"--init-adapter {folder}: no {name} there (a LoRA adapter folder has "
+                                   f"adapter_config.json and {ADAPTER_WEIGHTS})"
+                                   + ("; this folder holds full model weights (a --merge true or full/top-k run): "
+                                      "continue from the adapter itself, or give the folder as --model" if merged else ""))
+    return folder
+
+
+def _normalised(key: str, value, n_layers: int | None):
+    if key == "target_modules" and value is not None and not isinstance(value, str):
+        return sorted(value)
+    if key == "layers_to_transform" and value is not None and n_layers is not None and sorted(value) == list(range(n_layers)):
+        return None  # every layer, as when no layers are named
+    if key in _PEFT_DEFAULTS and value is None:
+        return _PEFT_DEFAULTS[key]
+    return value
+
+
 def init_lora_from_adapter(model, adapter_dir, *, base_sha256: str | None = None, layout: str | None = None,
-                           readout: str | None = None) -> dict:
+                           readout: str | None = None, prompt_version: str | None = None) -> dict:
     """Copy a trained LoRA adapter's weights into a freshly peft-wrapped ``model`` (continued fine-tuning).
 
-    The run's own LoRA settings must be the adapter's (rank ``r``, ``lora_alpha``, target modules and
-    ``layers_to_transform``, from its ``adapter_config.json``), and every LoRA tensor of the run must
-    be in the file with the same shape (float32 on the model's device after the copy): the saved result
-    is then a complete adapter of the base, not a second adapter stacked on the first. Where the adapter
-    folder holds a noulengine ``training.json``, its base (sha256), prompt layout and readout must be the
-    run's too: an adapter trained on another base or prompt does not start this run.
+    The run's own LoRA settings must be the adapter's (from its ``adapter_config.json``: rank ``r``,
+    ``lora_alpha``, target modules, ``layers_to_transform``, and the fields that change what a tensor
+    means without changing its shape: ``use_rslora``, ``use_dora``, ``alpha_pattern``,
+    ``rank_pattern``, ``bias``), and every LoRA tensor of the run must be in the file with the same
+    shape (float32 on the model's device after the copy): the saved result is then a complete adapter
+    of the base, not a second adapter stacked on the first. Where the folder holds a noulengine
+    ``training.json`` (``format`` ``noulengine-training``), its base (sha256), prompt layout, prompt
+    version and readout must be the run's too. A peft adapter without one is accepted with
+    ``verified_base: false``: its base cannot be checked.
 
     Args:
         model: what :func:`apply_method` returned with ``method="lora"``.
         adapter_dir: folder with ``adapter_config.json`` and ``adapter_model.safetensors``.
-        base_sha256 / layout / readout: this run's, compared with the adapter's ``training.json``.
+        base_sha256 / layout / readout / prompt_version: this run's, compared with the adapter's
+            ``training.json``.
 
     Returns:
         ``{"path", "sha256", "tensors", "name", "steps", "verified_base"}`` for ``training.json``.
 
     Raises:
-        InitAdapterError: a missing file, other LoRA settings, base, layout or readout, or tensors
-            missing, extra or of another shape.
+        InitAdapterError: a missing or unreadable file, other LoRA settings, base, layout, prompt
+            version or readout, or tensors missing, extra or of another shape.
     """
     import hashlib
-    import json
 
     from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    folder = Path(adapter_dir)
+    folder = check_init_adapter_files(adapter_dir)
     cfg_path, weights_path = folder / "adapter_config.json", folder / ADAPTER_WEIGHTS
-    for path in (cfg_path, weights_path):
-        if not path.is_file():
-            raise InitAdapterError(f"--init-adapter {folder}: no {path.name} there (a LoRA adapter folder has "
-                                   f"adapter_config.json and {ADAPTER_WEIGHTS})")
-    saved = json.loads(cfg_path.read_text(encoding="utf-8"))
+    saved = _read_json(cfg_path)
     run = model.peft_config["default"]
+    try:
+        n_layers = len(decoder_layers(model.get_base_model()))
+    except (AttributeError, ValueError):
+        n_layers = None
     problems = []
-    for key, mine, theirs in (("r", run.r, saved.get("r")), ("lora_alpha", run.lora_alpha, saved.get("lora_alpha")),
-                              ("target_modules", sorted(run.target_modules) if not isinstance(run.target_modules, str)
-                               else run.target_modules, sorted(saved.get("target_modules") or [])
-                               if not isinstance(saved.get("target_modules"), str) else saved.get("target_modules")),
-                              ("layers_to_transform", run.layers_to_transform, saved.get("layers_to_transform"))):
+    if saved.get("peft_type", "LORA") != "LORA":
+        problems.append(f"adapter_config.json peft_type is {saved.get('peft_type')!r}, not a LoRA adapter")
+    for key, flag in _LORA_FIELDS:
+        mine = _normalised(key, getattr(run, key, None), n_layers)
+        theirs = _normalised(key, saved.get(key, _PEFT_DEFAULTS.get(key)), n_layers)
         if mine != theirs:
-            problems.append(f"adapter_config.json {key} is {theirs!r}, this run's is {mine!r}")
+            how = f"(set by {flag})" if flag else "(this trainer always uses peft's default)"
+            problems.append(f"adapter_config.json {key} is {theirs!r}, this run's is {mine!r} {how}")
     info = {}
     training_path = folder / "training.json"
     if training_path.is_file():
-        info = json.loads(training_path.read_text(encoding="utf-8"))
-        for key, mine, theirs in (("base_model.sha256", base_sha256, (info.get("base_model") or {}).get("sha256")),
-                                  ("layout", layout, info.get("layout", "state-first")),
-                                  ("readout", readout, info.get("readout"))):
+        info = _read_json(training_path)
+        if info.get("format") != TRAINING_FORMAT:
+            info = {}  # another tool's training.json: nothing of ours to compare
+    if info:
+        for key, flag, mine, theirs in (
+                ("base_model.sha256", "--model", base_sha256, (info.get("base_model") or {}).get("sha256")),
+                ("layout", "--layout", layout, info.get("layout", "state-first")),
+                ("prompt_version", None, prompt_version, info.get("prompt_version")),
+                ("readout", "--readout", readout, info.get("readout"))):
             if mine is not None and theirs != mine:
-                problems.append(f"training.json {key} is {theirs!r}, this run's is {mine!r}")
+                how = f"(set by {flag})" if flag else "(the prompt changed since the adapter was trained)"
+                problems.append(f"training.json {key} is {theirs!r}, this run's is {mine!r} {how}")
     if problems:
         raise InitAdapterError(f"--init-adapter {folder}: cannot start this run from it:\n  " + "\n  ".join(problems))
     weights = load_file(str(weights_path))

@@ -49,8 +49,8 @@ from noulengine.train import checkpoint as ckpt
 from noulengine.train.config import TrainConfig  # noqa: F401 - re-exported (noulengine.train.TrainConfig)
 from noulengine.train.data import TrainingDataError, load_training_rows
 from noulengine.train.loss import batch_losses, compile_example
-from noulengine.train.methods import (ADAPTER_WEIGHTS, apply_method, init_lora_from_adapter, load_trainable_state,
-                                      save_trained, trainable_parameters, trainable_state)
+from noulengine.train.methods import (ADAPTER_WEIGHTS, apply_method, check_init_adapter_files, init_lora_from_adapter,
+                                      load_trainable_state, save_trained, trainable_parameters, trainable_state)
 
 FORMAT = "noulengine-training"
 VERSION = 1
@@ -173,9 +173,8 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
             sel_rows = sel_rows[:config.selection_limit]
 
     data_sha256 = {"train": _sha256(config.data), "selection": _sha256(config.selection) if config.selection else None}
-    if config.init_adapter is not None:  # compared by content on --resume, like the data
-        weights = Path(config.init_adapter) / ADAPTER_WEIGHTS
-        data_sha256["init_adapter"] = _sha256(weights) if weights.is_file() else None
+    if config.init_adapter is not None:  # checked before the model loads; compared by content on --resume
+        data_sha256["init_adapter"] = _sha256(check_init_adapter_files(config.init_adapter) / ADAPTER_WEIGHTS)
     resumed = None
     if resume_from is not None:  # checked before the model loads: a wrong command fails at once
         resumed = ckpt.load_checkpoint(resume_from, settings=ckpt.pinned_settings(config), data_sha256=data_sha256)
@@ -189,7 +188,8 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
     init = None
     if config.init_adapter is not None:  # before the optimizer sees the parameters
         init = init_lora_from_adapter(model, config.init_adapter, base_sha256=base_identity.get("sha256"),
-                                      layout=config.layout, readout=config.readout)
+                                      layout=config.layout, readout=config.readout,
+                                      prompt_version=prompt_version(config.layout))
     tokenizer = loaded.tokenizer
     params = trainable_parameters(model)
     n_trainable = sum(p.numel() for p in params)
