@@ -401,12 +401,16 @@ def build_continuation_data(data_dir: Path, out: Path, mix: str) -> dict:
     return info
 
 
-def train_args(model: str | None = None, name: str | None = None, layout: str | None = None) -> list[str]:
-    """The recipe's ``noulengine train`` flags, optionally with another base model, name and prompt
-    layout (``state-first``, the trainer's default, or ``schema-first``)."""
+def train_args(model: str | None = None, name: str | None = None, layout: str | None = None,
+               lr: str | None = None) -> list[str]:
+    """The recipe's ``noulengine train`` flags, optionally with another base model, name, prompt
+    layout (``state-first``, the trainer's default, or ``schema-first``) and peak LR (a continuation
+    mix's, :data:`CONTINUE`)."""
     args = list(TRAIN_ARGS)
     if name is not None:
         args[args.index("--name") + 1] = name
+    if lr is not None:
+        args[args.index("--lr") + 1] = lr
     return args + (["--model", model] if model is not None else []) + (["--layout", layout] if layout else [])
 
 
@@ -516,10 +520,12 @@ def main(argv: list[str] | None = None) -> int:
         budget = [f for name, value in (("--max-steps", args.max_updates), ("--eval-every", args.eval_every),
                                         ("--stop-after", args.stop_after), ("--checkpoint-every", args.checkpoint_every))
                   if value is not None for f in (name, str(value))]
+        recipe = train_args(args.model, args.name or plan["name"], args.layout,
+                            CONTINUE["lr"] if plan.get("continues") else None)
         rc = run([py, "-m", "noulengine", "train", "--data", str(work / "data" / "train.jsonl"), "--output", str(model_dir),
-                  "--selection", str(work / "data" / "selection.jsonl"), *train_args(args.model, args.name or MIXES[args.mix]["name"], args.layout),
+                  "--selection", str(work / "data" / "selection.jsonl"), *recipe,
                   *budget, *(["--epochs", str(args.epochs)] if args.epochs is not None else []),
-                  *(["--init-adapter", args.init_adapter, "--lr", CONTINUE["lr"]] if plan.get("continues") else []),
+                  *(["--init-adapter", args.init_adapter] if plan.get("continues") else []),
                   *(["--resume", str(model_dir)] if args.resume else [])], ok=(0, EXIT_RESUMABLE))
         times["train_s"] = round(time.perf_counter() - t, 1)
         learning_curve(model_dir, work)

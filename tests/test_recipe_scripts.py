@@ -25,6 +25,9 @@ def test_train_args_keep_the_recipe_and_swap_only_model_and_name():
     rest[rest.index("--name") + 1] = "candidate"
     assert args[:-2] == rest  # every other setting is the recipe's
     assert train_default.TRAIN_ARGS[train_default.TRAIN_ARGS.index("--name") + 1] == "noul-smollm2-135m-v2"
+    # a continuation mix's LR replaces the recipe's: one --lr, never two with the last one winning
+    cont = train_default.train_args(lr=train_default.CONTINUE["lr"])
+    assert cont.count("--lr") == 1 and cont[cont.index("--lr") + 1] == train_default.CONTINUE["lr"]
 
 
 def test_install_refuses_another_base(tmp_path, capsys):
