@@ -372,19 +372,16 @@ def build_continuation_data(data_dir: Path, out: Path, mix: str) -> dict:
 
     def scen(n: int, s: int, role: str | None) -> list[dict]:
         recs = [r for r in scenarios.generate(n, seed=s) if index.overlap(r["id"], r["state"]) is None]
-        for r in recs:
-            if role:
-                r["validation_role"] = role
-        return recs
+        return [{**r, "validation_role": role} for r in recs] if role else recs
 
     fresh = scen(CONTINUE["scenarios"], seed, None)
     replay = rng.sample(read(base["train"]["path"]), CONTINUE["replay"])
     rows = fresh + replay
     rng.shuffle(rows)
+    selection = read(base["selection"]["path"]) + scen(CONTINUE["scenario_selection"], SCENARIO_SEED + 1, "selection")
     out.mkdir(parents=True, exist_ok=True)
     files = {"train": write_jsonl(out / "train.jsonl", rows),
-             "selection": write_jsonl(out / "selection.jsonl", read(base["selection"]["path"])
-                                      + scen(CONTINUE["scenario_selection"], SCENARIO_SEED + 1, "selection")),
+             "selection": write_jsonl(out / "selection.jsonl", selection),
              "calibration_procedural": write_jsonl(out / "calibration_procedural.jsonl",
                                                    read(base["calibration_procedural"]["path"])
                                                    + scen(CONTINUE["scenario_calibration"], SCENARIO_SEED + 2,
@@ -395,7 +392,7 @@ def build_continuation_data(data_dir: Path, out: Path, mix: str) -> dict:
                                 f"replay_of_{plan['continues']}": dict(sorted(Counter(
                                     r.get("category", "other").split(":")[0] for r in replay).items()))}
     info["selection"]["kinds"] = dict(sorted(Counter(r.get("category", "v2").split(":")[0]
-                                                     for r in read(files["selection"])).items()))
+                                                     for r in selection).items()))
     info["mix"], info["continues"], info["base"] = mix, plan["continues"], base
     (out / "data.json").write_text(json.dumps(info, indent=1) + "\n")
     return info

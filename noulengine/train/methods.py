@@ -15,6 +15,7 @@ its decoder layers (the vision tower's own ``q_proj`` / ``gate_proj`` ... are le
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -163,7 +164,7 @@ def save_trained(model, tokenizer, output: Path, *, method: str, merge: bool = F
 
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
-TRAINING_FORMAT = "noulengine-training"  # training.json's "format" (noulengine.train.trainer.FORMAT)
+TRAINING_FORMAT = "noulengine-training"  # training.json's "format" (the trainer writes this one)
 # adapter_config.json fields that change what a LoRA tensor means without changing its shape: an
 # adapter differing in one of them would load and give another model; each maps to the flag that sets
 # it here (None: no flag, this trainer always uses the peft default).
@@ -178,8 +179,6 @@ class InitAdapterError(ValueError):
 
 
 def _read_json(path: Path) -> dict:
-    import json
-
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
@@ -242,10 +241,10 @@ def init_lora_from_adapter(model, adapter_dir, *, base_sha256: str | None = None
         InitAdapterError: a missing or unreadable file, other LoRA settings, base, layout, prompt
             version or readout, or tensors missing, extra or of another shape.
     """
-    import hashlib
-
     from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
     from safetensors.torch import load_file
+
+    from noulengine.models.loading import sha256_file
 
     folder = check_init_adapter_files(adapter_dir)
     cfg_path, weights_path = folder / "adapter_config.json", folder / ADAPTER_WEIGHTS
@@ -291,6 +290,6 @@ def init_lora_from_adapter(model, adapter_dir, *, base_sha256: str | None = None
                                f"{len(missing)} tensors missing (first {missing[:2]}), {len(extra)} extra "
                                f"(first {extra[:2]}), {len(shapes)} of another shape (first {shapes[:2]})")
     set_peft_model_state_dict(model, {k: v.to(torch.float32) for k, v in weights.items()})
-    return {"path": str(folder.resolve()), "sha256": hashlib.sha256(weights_path.read_bytes()).hexdigest(),
+    return {"path": str(folder.resolve()), "sha256": sha256_file(weights_path),
             "tensors": len(weights), "name": info.get("name"), "steps": info.get("steps"),
             "verified_base": bool(info)}

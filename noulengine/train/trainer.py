@@ -49,10 +49,11 @@ from noulengine.train import checkpoint as ckpt
 from noulengine.train.config import TrainConfig  # noqa: F401 - re-exported (noulengine.train.TrainConfig)
 from noulengine.train.data import TrainingDataError, load_training_rows
 from noulengine.train.loss import batch_losses, compile_example
-from noulengine.train.methods import (ADAPTER_WEIGHTS, apply_method, check_init_adapter_files, init_lora_from_adapter,
-                                      load_trainable_state, save_trained, trainable_parameters, trainable_state)
+from noulengine.train.methods import (ADAPTER_WEIGHTS, TRAINING_FORMAT, apply_method, check_init_adapter_files,
+                                      init_lora_from_adapter, load_trainable_state, save_trained, trainable_parameters,
+                                      trainable_state)
 
-FORMAT = "noulengine-training"
+FORMAT = TRAINING_FORMAT  # training.json's "format"; methods checks it on --init-adapter
 VERSION = 1
 
 
