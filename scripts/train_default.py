@@ -29,6 +29,11 @@ Steps (one command; ``--steps`` runs a subset):
    ``noulengine/models/default_adapter/`` (what ``Engine.from_pretrained()`` loads) and pin the
    adapter's sha256 in ``noulengine/models/loading.py`` (``DEFAULT_ADAPTER_SHA256``).
 
+After ``train`` and after ``calibrate`` the run is compared with the installed default
+(:func:`compare_with_installed`): the data's and the adapter's sha256 (``matches`` / ``DIFFERS
+FROM``) and the fitted temperatures, so a rerun of ``--mix v2`` says whether it reproduced the
+shipped adapter byte for byte.
+
 Usage::
 
     python scripts/train_default.py                    # all steps (CPU: see docs/training.md)
@@ -448,6 +453,40 @@ def learning_curve(model_dir: Path, work: Path) -> list[dict]:
     return points
 
 
+def compare_with_installed(model_dir: Path, installed: Path = DEFAULT_ADAPTER_DIR) -> list[str]:
+    """Say whether a recipe run reproduced the installed default (issue #33: the recipe must reproduce
+    the adapter's hash from a fresh clone).
+
+    Compares ``<model_dir>/adapter_model.safetensors`` with the installed one by sha256 (byte for
+    byte), the training data by the sha256 both ``training.json`` files record, and, where both
+    folders hold a ``calibration.json``, every group's fitted temperature (largest relative
+    difference; the fit is LBFGS on the model's own scores, so equal adapters give equal
+    temperatures on the same validation rows). Returns the lines it prints; [] when either folder
+    lacks an adapter (nothing to compare)."""
+    mine, theirs = model_dir / "adapter_model.safetensors", installed / "adapter_model.safetensors"
+    if not (mine.is_file() and theirs.is_file()):
+        return []
+    lines = []
+    data = [json.loads((d / "training.json").read_text(encoding="utf-8"))["data"]["train"]["sha256"]
+            if (d / "training.json").is_file() else None for d in (model_dir, installed)]
+    lines.append(f"train.jsonl sha256 {data[0]} {'matches' if data[0] == data[1] else 'DIFFERS FROM'} "
+                 f"the installed adapter's ({data[1]})")
+    got, want = sha256_file(mine), sha256_file(theirs)
+    lines.append(f"adapter_model.safetensors sha256 {got} {'matches' if got == want else 'DIFFERS FROM'} "
+                 f"the installed adapter's ({want})")
+    cal = [d / "calibration.json" for d in (model_dir, installed)]
+    if all(c.is_file() for c in cal):
+        groups = [json.loads(c.read_text(encoding="utf-8"))["groups"] for c in cal]
+        shared = sorted(set(groups[0]) & set(groups[1]))
+        only = sorted(set(groups[0]) ^ set(groups[1]))
+        worst = max((abs(groups[0][g]["temperature"] / groups[1][g]["temperature"] - 1) for g in shared), default=0.0)
+        lines.append(f"calibration.json: {len(shared)} temperature groups in both, largest relative difference "
+                     f"{worst:.2e}" + (f"; groups in one only: {', '.join(only)}" if only else ""))
+    for line in lines:
+        print(line, flush=True)
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", default="data,train,calibrate,install", help="comma-separated subset of the steps")
@@ -526,6 +565,8 @@ def main(argv: list[str] | None = None) -> int:
                   *(["--resume", str(model_dir)] if args.resume else [])], ok=(0, EXIT_RESUMABLE))
         times["train_s"] = round(time.perf_counter() - t, 1)
         learning_curve(model_dir, work)
+        if rc == 0:
+            compare_with_installed(model_dir)
         if rc == EXIT_RESUMABLE:
             print(f"train paused with a checkpoint in {model_dir / 'checkpoint'}; the steps after it wait: rerun "
                   "with the same flags and --resume", flush=True)
@@ -538,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
              "--validation", str(work / "data" / "calibration_procedural.jsonl"), "--model", str(model_dir),
              "--output", str(model_dir / "calibration.json"), "--no-progress"])
         times["calibrate_s"] = round(time.perf_counter() - t, 1)
+        compare_with_installed(model_dir)
     if "install" in steps:
         spec = json.loads((model_dir / "training.json").read_text())["base_model"].get("spec")
         if embedded_base(spec) is None:  # what the loader's default_base() reads: a path would not travel

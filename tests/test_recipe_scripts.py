@@ -153,6 +153,34 @@ def test_data_mixes_rebuild_the_installed_data_and_v3_adds_its_rows(tmp_path):
     assert sum(str(r.get("category", "")).startswith("scenario:") for r in rows) == 600
 
 
+def test_compare_with_installed_says_matches_only_for_the_same_bytes(tmp_path, capsys):
+    """The recipe's reproduction check: a copy of the installed default matches on data, adapter and
+    temperatures; one changed adapter byte or one changed temperature is reported, not hidden."""
+    import shutil
+
+    from noulengine.models.loading import DEFAULT_ADAPTER_DIR
+
+    run = tmp_path / "model"
+    shutil.copytree(DEFAULT_ADAPTER_DIR, run)
+    lines = train_default.compare_with_installed(run)
+    assert lines == capsys.readouterr().out.splitlines()
+    assert "train.jsonl sha256" in lines[0] and " matches " in lines[0]
+    assert "adapter_model.safetensors sha256" in lines[1] and " matches " in lines[1]
+    assert "largest relative difference 0.00e+00" in lines[2] and "one only" not in lines[2]
+    blob = bytearray((run / "adapter_model.safetensors").read_bytes())
+    blob[-1] ^= 1
+    (run / "adapter_model.safetensors").write_bytes(bytes(blob))
+    cal = json.loads((run / "calibration.json").read_text())
+    group = sorted(cal["groups"])[0]
+    cal["groups"][group]["temperature"] *= 1.5
+    del cal["groups"][sorted(cal["groups"])[-1]]
+    (run / "calibration.json").write_text(json.dumps(cal))
+    lines = train_default.compare_with_installed(run)
+    assert " matches " in lines[0] and "DIFFERS FROM" in lines[1]
+    assert "largest relative difference 5.00e-01" in lines[2] and "groups in one only" in lines[2]
+    assert train_default.compare_with_installed(tmp_path / "empty") == []
+
+
 def test_selection_by_kind_scores_each_model_on_the_same_rows(tmp_path, tiny_llama, tiny_tokenizer, capsys):
     """scripts/selection_by_kind.py: per-kind metrics of each --model on the kept kinds only, the
     yes/no kind with its P(yes) AUC, equal to the engine's own answers on those rows."""
