@@ -467,13 +467,18 @@ def compare_with_installed(model_dir: Path, installed: Path = DEFAULT_ADAPTER_DI
     if not (mine.is_file() and theirs.is_file()):
         return []
     lines = []
-    data = [json.loads((d / "training.json").read_text(encoding="utf-8"))["data"]["train"]["sha256"]
-            if (d / "training.json").is_file() else None for d in (model_dir, installed)]
+    records = [json.loads((d / "training.json").read_text(encoding="utf-8")) if (d / "training.json").is_file()
+               else {} for d in (model_dir, installed)]
+    data = [r.get("data", {}).get("train", {}).get("sha256") for r in records]
     lines.append(f"train.jsonl sha256 {data[0]} {'matches' if data[0] == data[1] else 'DIFFERS FROM'} "
                  f"the installed adapter's ({data[1]})")
     got, want = sha256_file(mine), sha256_file(theirs)
     lines.append(f"adapter_model.safetensors sha256 {got} {'matches' if got == want else 'DIFFERS FROM'} "
                  f"the installed adapter's ({want})")
+    isa = [r.get("cpu_capability") for r in records]
+    if got != want and isa[0] != isa[1]:  # float32 CPU kernels differ by instruction set (docs/training.md)
+        lines.append(f"  CPU kernels: this run {isa[0] or 'not recorded'}, the installed adapter's "
+                     f"{isa[1] or 'not recorded'}; float32 results depend on them")
     cal = [d / "calibration.json" for d in (model_dir, installed)]
     if all(c.is_file() for c in cal):
         groups = [json.loads(c.read_text(encoding="utf-8"))["groups"] for c in cal]

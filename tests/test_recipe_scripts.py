@@ -178,6 +178,12 @@ def test_compare_with_installed_says_matches_only_for_the_same_bytes(tmp_path, c
     lines = train_default.compare_with_installed(run)
     assert " matches " in lines[0] and "DIFFERS FROM" in lines[1]
     assert "largest relative difference 5.00e-01" in lines[2] and "groups in one only" in lines[2]
+    record = json.loads((run / "training.json").read_text())
+    (run / "training.json").write_text(json.dumps({**record, "cpu_capability": "TEST-ISA"}))
+    lines = train_default.compare_with_installed(run)
+    assert lines[2] == ("  CPU kernels: this run TEST-ISA, the installed adapter's "
+                        f"{json.loads((DEFAULT_ADAPTER_DIR / 'training.json').read_text()).get('cpu_capability') or 'not recorded'}"
+                        "; float32 results depend on them")
     assert train_default.compare_with_installed(tmp_path / "empty") == []
 
 

@@ -92,6 +92,9 @@ def test_two_halves_equal_one_run(tmp_path, toy):
     assert [(g["from_step"], g["to_step"], g["device"]) for g in t1["segments"]] == [(0, total, "cpu")]
     assert [(g["from_step"], g["to_step"], g["device"]) for g in t2["segments"]] == [(0, half, "cpu"), (half, total, "cpu")]
     assert all(g["autocast"] is None and g["train_s"] >= 0 for g in t2["segments"])
+    # float32 CPU results depend on the kernels' instruction set: each part says which it ran with
+    assert t2["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert all(g["cpu_capability"] == t2["cpu_capability"] for g in t2["segments"])
     # how each was run (stops, resume path, checkpoints) is not a hyperparameter: the records agree
     assert t1["hyperparameters"] == t2["hyperparameters"] and "resume" not in t2["hyperparameters"]
     assert not (tmp_path / "two" / "checkpoint").exists()  # finished: the checkpoint is gone

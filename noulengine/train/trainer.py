@@ -256,6 +256,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
     def run_segments() -> list[dict]:
         """The earlier runs' segments plus this one's so far (from_step inclusive, to_step exclusive)."""
         return segments + [{"from_step": step_at_start, "to_step": step, "device": str(device),
+                            "cpu_capability": _cpu_capability(),
                             "autocast": None if autocast is None else str(autocast).replace("torch.", ""),
                             "train_s": round(time.perf_counter() - t_train, 1), "git_revision": revision}]
 
@@ -415,7 +416,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
                  "selection": _file_info(Path(config.selection), sel_rows) if config.selection else None},
         "evaluation_overlap_check": index.summary(),
         "git_revision": revision, "seed": config.seed, "versions": _versions(library_versions),
-        "device": str(device), "processes": world, "steps": step,
+        "device": str(device), "cpu_capability": _cpu_capability(), "processes": world, "steps": step,
         "wall_s": round(time.perf_counter() - t_start, 1), "train_s": round(train_s, 1),
         "examples_per_s": round(seen_examples * world / train_s, 3) if train_s else None,
         "epochs": epochs_log, "chosen_epoch": chosen,
@@ -437,6 +438,15 @@ def _sha256(path) -> str:
     from noulengine.models.loading import sha256_file
 
     return sha256_file(Path(path))
+
+
+def _cpu_capability() -> str:
+    """The vector instruction set ATen's CPU kernels dispatch to ("AVX512", "AVX2", "DEFAULT"; see
+    ``torch.backends.cpu.get_cpu_capability``). float32 results on a CPU depend on it: the v2 recipe's
+    first loss is 6.349981 on an AVX-512 host and 6.349974 there with ``ATEN_CPU_CAPABILITY=avx2``
+    (docs/training.md), so a byte-for-byte reproduction of a CPU-trained adapter needs the same
+    capability as the run that made it."""
+    return torch.backends.cpu.get_cpu_capability()
 
 
 def _versions(library_versions) -> dict:
