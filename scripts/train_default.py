@@ -29,7 +29,7 @@ Steps (one command; ``--steps`` runs a subset):
    ``noulengine/models/default_adapter/`` (what ``Engine.from_pretrained()`` loads) and pin the
    adapter's sha256 in ``noulengine/models/loading.py`` (``DEFAULT_ADAPTER_SHA256``).
 
-After ``train`` and after ``calibrate`` the run is compared with the installed default
+After ``train`` and ``calibrate`` the run is compared with the installed default
 (:func:`compare_with_installed`): the data's and the adapter's sha256 (``matches`` / ``DIFFERS
 FROM``) and the fitted temperatures, so a rerun of ``--mix v2`` says whether it reproduced the
 shipped adapter byte for byte.
@@ -453,6 +453,11 @@ def learning_curve(model_dir: Path, work: Path) -> list[dict]:
     return points
 
 
+def _verdict(what: str, got: str | None, want: str | None) -> str:
+    """One reproduction line: ``<what> sha256 <got> matches|DIFFERS FROM the installed adapter's (<want>)``."""
+    return f"{what} sha256 {got} {'matches' if got == want else 'DIFFERS FROM'} the installed adapter's ({want})"
+
+
 def compare_with_installed(model_dir: Path, installed: Path = DEFAULT_ADAPTER_DIR) -> list[str]:
     """Say whether a recipe run reproduced the installed default (issue #33: the recipe must reproduce
     the adapter's hash from a fresh clone).
@@ -470,11 +475,9 @@ def compare_with_installed(model_dir: Path, installed: Path = DEFAULT_ADAPTER_DI
     records = [json.loads((d / "training.json").read_text(encoding="utf-8")) if (d / "training.json").is_file()
                else {} for d in (model_dir, installed)]
     data = [r.get("data", {}).get("train", {}).get("sha256") for r in records]
-    lines.append(f"train.jsonl sha256 {data[0]} {'matches' if data[0] == data[1] else 'DIFFERS FROM'} "
-                 f"the installed adapter's ({data[1]})")
+    lines.append(_verdict("train.jsonl", *data))
     got, want = sha256_file(mine), sha256_file(theirs)
-    lines.append(f"adapter_model.safetensors sha256 {got} {'matches' if got == want else 'DIFFERS FROM'} "
-                 f"the installed adapter's ({want})")
+    lines.append(_verdict("adapter_model.safetensors", got, want))
     isa = [r.get("cpu_capability") for r in records]
     if got != want and isa[0] != isa[1]:  # float32 CPU kernels differ by instruction set (docs/training.md)
         lines.append(f"  CPU kernels: this run {isa[0] or 'not recorded'}, the installed adapter's "
@@ -549,11 +552,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(info, indent=1))
         installed = DEFAULT_ADAPTER_DIR / "training.json"
         if installed.is_file():  # reproducibility: the committed adapter names the data it was trained on
-            want = json.loads(installed.read_text())["data"]["train"]["sha256"]
-            same = want == info["train"]["sha256"]
-            print(f"train.jsonl sha256 {'matches' if same else 'DIFFERS FROM'} the installed adapter's ({want})")
+            print(_verdict("train.jsonl", info["train"]["sha256"],
+                           json.loads(installed.read_text())["data"]["train"]["sha256"]))
         times["data_s"] = round(time.perf_counter() - t0, 1)
     py = sys.executable
+    rc = None
     if "train" in steps:
         t = time.perf_counter()
         if model_dir.exists() and not args.resume:
@@ -570,8 +573,6 @@ def main(argv: list[str] | None = None) -> int:
                   *(["--resume", str(model_dir)] if args.resume else [])], ok=(0, EXIT_RESUMABLE))
         times["train_s"] = round(time.perf_counter() - t, 1)
         learning_curve(model_dir, work)
-        if rc == 0:
-            compare_with_installed(model_dir)
         if rc == EXIT_RESUMABLE:
             print(f"train paused with a checkpoint in {model_dir / 'checkpoint'}; the steps after it wait: rerun "
                   "with the same flags and --resume", flush=True)
@@ -584,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
              "--validation", str(work / "data" / "calibration_procedural.jsonl"), "--model", str(model_dir),
              "--output", str(model_dir / "calibration.json"), "--no-progress"])
         times["calibrate_s"] = round(time.perf_counter() - t, 1)
+    if ("train" in steps and rc == 0) or "calibrate" in steps:  # once, after the last of them; not for a paused run
         compare_with_installed(model_dir)
     if "install" in steps:
         spec = json.loads((model_dir / "training.json").read_text())["base_model"].get("spec")
