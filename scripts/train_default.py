@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shutil
@@ -80,7 +81,7 @@ from noulengine.eval.suites import get_suite, resolve_data_dir  # noqa: E402
 from noulengine.eval.suites.hashing import short_id, write_jsonl  # noqa: E402
 from noulengine.models.embedded import EMBEDDED_BASES, embedded_base  # noqa: E402
 from noulengine.models.loading import DEFAULT_ADAPTER_DIR, sha256_file  # noqa: E402
-from noulengine.train import nouls, procedural, scenarios, toolrl  # noqa: E402
+from noulengine.train import nouls, numerics, procedural, scenarios, toolrl  # noqa: E402
 from noulengine.train.checkpoint import EXIT_RESUMABLE  # noqa: E402
 from noulengine.train.reworded import frame_prompt, reword_safety, reword_topic  # noqa: E402
 
@@ -147,6 +148,7 @@ TRAIN_ARGS = ["--method", "lora", "--lora-layers", "12", "--lora-r", "16", "--lo
               "--epochs", "1", "--batch-tokens", "2048", "--max-batch-size", "8", "--loss", "full",
               "--readout", "auto", "--seed", str(SEED), "--name", "noul-smollm2-135m-v2",
               "--flip-rate-rows", "200"]
+PORTABLE_THREADS = 2  # torch threads of a portable run: the recipe's adapter bytes are those of 2 threads
 EMBEDDED_NAMES = ", ".join(b.name for b in EMBEDDED_BASES)  # what the install step accepts as a base
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "training.json", "calibration.json")
 
@@ -416,10 +418,11 @@ def train_args(model: str | None = None, name: str | None = None, layout: str | 
     return args + (["--model", model] if model is not None else []) + (["--layout", layout] if layout else [])
 
 
-def run(cmd: list[str], ok: tuple[int, ...] = (0,)) -> int:
-    """Run ``cmd`` in the repository; returns its exit status, raising unless it is in ``ok``."""
-    print("+", " ".join(cmd), flush=True)
-    rc = subprocess.run(cmd, cwd=REPO).returncode
+def run(cmd: list[str], ok: tuple[int, ...] = (0,), env: dict | None = None) -> int:
+    """Run ``cmd`` in the repository (with ``env`` added to this process's environment); returns
+    its exit status, raising unless it is in ``ok``."""
+    print("+", " ".join(f"{k}={v}" for k, v in (env or {}).items()), *cmd, flush=True)
+    rc = subprocess.run(cmd, cwd=REPO, env={**os.environ, **(env or {})}).returncode
     if rc not in ok:
         raise subprocess.CalledProcessError(rc, cmd)
     return rc
@@ -458,6 +461,16 @@ def _verdict(what: str, got: str | None, want: str | None) -> str:
     return f"{what} sha256 {got} {'matches' if got == want else 'DIFFERS FROM'} the installed adapter's ({want})"
 
 
+def _kernels(record: dict) -> str:
+    """A training.json's CPU numerics in a few words: ``portable`` or ``native AVX512 (AuthenticAMD AMD EPYC)``."""
+    n = record.get("numerics")
+    if n is None:  # written before numerics were recorded: only the ATen capability, if that
+        return f"native {record['cpu_capability']}" if record.get("cpu_capability") else "not recorded"
+    if n["mode"] == "portable":
+        return "portable"
+    return f"native {n['cpu_capability']}" + (f" ({n['cpu']})" if n.get("cpu") else "")
+
+
 def compare_with_installed(model_dir: Path, installed: Path = DEFAULT_ADAPTER_DIR) -> list[str]:
     """Say whether a recipe run reproduced the installed default (issue #33: the recipe must reproduce
     the adapter's hash from a fresh clone).
@@ -478,10 +491,10 @@ def compare_with_installed(model_dir: Path, installed: Path = DEFAULT_ADAPTER_DI
     lines.append(_verdict("train.jsonl", *data))
     got, want = sha256_file(mine), sha256_file(theirs)
     lines.append(_verdict("adapter_model.safetensors", got, want))
-    isa = [r.get("cpu_capability") for r in records]
-    if got != want and isa[0] != isa[1]:  # float32 CPU kernels differ by instruction set (docs/training.md)
-        lines.append(f"  CPU kernels: this run {isa[0] or 'not recorded'}, the installed adapter's "
-                     f"{isa[1] or 'not recorded'}; float32 results depend on them")
+    kernels = [_kernels(r) for r in records]
+    if got != want and kernels[0] != kernels[1]:  # float32 CPU results depend on them (train/numerics.py)
+        lines.append(f"  CPU kernels: this run {kernels[0]}, the installed adapter's {kernels[1]}; "
+                     "float32 results depend on them (only --numerics portable is the same on every x86-64 CPU)")
     cal = [d / "calibration.json" for d in (model_dir, installed)]
     if all(c.is_file() for c in cal):
         groups = [json.loads(c.read_text(encoding="utf-8"))["groups"] for c in cal]
@@ -523,7 +536,14 @@ def main(argv: list[str] | None = None) -> int:
                         "<work>/model/checkpoint/ (same mix, data and budget)")
     ap.add_argument("--init-adapter", default=None, help="a continuation mix (v5): the trained model folder it starts "
                     "from (noulengine train --init-adapter)")
+    ap.add_argument("--numerics", default="portable", choices=numerics.MODES,
+                    help="CPU float32 kernels of train and calibrate (noulengine train --numerics): portable gives "
+                         f"the same adapter bytes on any x86-64 CPU and runs {PORTABLE_THREADS} threads (its results "
+                         "depend on the count); native is faster, its bytes host-specific (default portable)")
     args = ap.parse_args(argv)
+    # portable results depend on the thread count too (tests/test_train_numerics.py): pinned
+    kernels_env = {**numerics.PORTABLE_ENV, "NOULENGINE_THREADS": str(PORTABLE_THREADS)} \
+        if args.numerics == "portable" else {}
     steps = args.steps.split(",")
     if args.model is not None and "install" in steps and embedded_base(args.model) is None:
         ap.error(f"--model {args.model!r} with the install step: the default decision model's base must be an "
@@ -567,10 +587,11 @@ def main(argv: list[str] | None = None) -> int:
         recipe = train_args(args.model, args.name or plan["name"], args.layout,
                             CONTINUE["lr"] if plan.get("continues") else None)
         rc = run([py, "-m", "noulengine", "train", "--data", str(work / "data" / "train.jsonl"), "--output", str(model_dir),
+                  "--numerics", args.numerics,
                   "--selection", str(work / "data" / "selection.jsonl"), *recipe,
                   *budget, *(["--epochs", str(args.epochs)] if args.epochs is not None else []),
                   *(["--init-adapter", args.init_adapter] if plan.get("continues") else []),
-                  *(["--resume", str(model_dir)] if args.resume else [])], ok=(0, EXIT_RESUMABLE))
+                  *(["--resume", str(model_dir)] if args.resume else [])], ok=(0, EXIT_RESUMABLE), env=kernels_env)
         times["train_s"] = round(time.perf_counter() - t, 1)
         learning_curve(model_dir, work)
         if rc == EXIT_RESUMABLE:
@@ -583,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
         run([py, "-m", "noulengine", "calibrate", "--validation", str(mv.DEFAULT_OUT / "agnews.jsonl"),
              "--validation", str(mv.DEFAULT_OUT / "wildjailbreak.jsonl"),
              "--validation", str(work / "data" / "calibration_procedural.jsonl"), "--model", str(model_dir),
-             "--output", str(model_dir / "calibration.json"), "--no-progress"])
+             "--output", str(model_dir / "calibration.json"), "--no-progress"], env=kernels_env)
         times["calibrate_s"] = round(time.perf_counter() - t, 1)
     if ("train" in steps and rc == 0) or "calibrate" in steps:  # once, after the last of them; not for a paused run
         compare_with_installed(model_dir)

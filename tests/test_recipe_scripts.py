@@ -179,11 +179,18 @@ def test_compare_with_installed_says_matches_only_for_the_same_bytes(tmp_path, c
     assert " matches " in lines[0] and "DIFFERS FROM" in lines[1]
     assert "largest relative difference 5.00e-01" in lines[2] and "groups in one only" in lines[2]
     record = json.loads((run / "training.json").read_text())
-    (run / "training.json").write_text(json.dumps({**record, "cpu_capability": "TEST-ISA"}))
-    lines = train_default.compare_with_installed(run)
-    assert lines[2] == ("  CPU kernels: this run TEST-ISA, the installed adapter's "
-                        f"{json.loads((DEFAULT_ADAPTER_DIR / 'training.json').read_text()).get('cpu_capability') or 'not recorded'}"
-                        "; float32 results depend on them")
+    installed = train_default._kernels(json.loads((DEFAULT_ADAPTER_DIR / "training.json").read_text()))
+    for numerics, said in (({"mode": "portable", "cpu_capability": "DEFAULT", "cpu": "X"}, "portable"),
+                           ({"mode": "native", "cpu_capability": "AVX512", "cpu": "AuthenticAMD AMD EPYC"},
+                            "native AVX512 (AuthenticAMD AMD EPYC)")):
+        (run / "training.json").write_text(json.dumps({**record, "cpu_capability": numerics["cpu_capability"],
+                                                       "numerics": numerics}))
+        lines = train_default.compare_with_installed(run)
+        assert lines[2] == (f"  CPU kernels: this run {said}, the installed adapter's {installed}; float32 results "
+                            "depend on them (only --numerics portable is the same on every x86-64 CPU)")
+    # records written before numerics were recorded
+    assert train_default._kernels({"cpu_capability": "AVX2"}) == "native AVX2"
+    assert train_default._kernels({}) == "not recorded"
     assert train_default.compare_with_installed(tmp_path / "empty") == []
 
 
@@ -220,3 +227,23 @@ def test_selection_by_kind_scores_each_model_on_the_same_rows(tmp_path, tiny_lla
         want = binary_auc(torch.tensor([a.answers["n"].probabilities["yes"] for a in ans]), torch.tensor(gold))
         assert kinds["noul:toy"]["yes_auc"] == pytest.approx(float(want), abs=1e-9)
     assert "| noul:toy | 8 |" in capsys.readouterr().out
+
+
+def test_recipe_trains_and_calibrates_with_portable_numerics_on_pinned_threads(tmp_path, monkeypatch):
+    """The recipe's default: train and calibrate run with the portable CPU kernels and the pinned
+    thread count, so its adapter bytes do not depend on the host; ``--numerics native`` adds nothing."""
+    from noulengine.train import numerics
+
+    calls = []
+    monkeypatch.setattr(train_default, "run", lambda cmd, ok=(0,), env=None: calls.append((cmd, env)) or 0)
+    monkeypatch.setattr(train_default, "resolve_data_dir", lambda source: tmp_path)
+    (tmp_path / "work").mkdir()
+    train_default.main(["--steps", "train,calibrate", "--work", str(tmp_path / "work")])
+    (train, train_env), (calibrate, calibrate_env) = calls
+    assert train[2:4] == ["noulengine", "train"] and calibrate[2:4] == ["noulengine", "calibrate"]
+    assert train[train.index("--numerics") + 1] == "portable"
+    want = {**numerics.PORTABLE_ENV, "NOULENGINE_THREADS": str(train_default.PORTABLE_THREADS)}
+    assert train_env == want and calibrate_env == want
+    calls.clear()
+    train_default.main(["--steps", "train,calibrate", "--work", str(tmp_path / "work"), "--numerics", "native"])
+    assert [env for _, env in calls] == [{}, {}] and calls[0][0][calls[0][0].index("--numerics") + 1] == "native"

@@ -61,7 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="noulengine train", description="Fine-tune a causal LM into a decision model "
                                  "on canonical records with targets, through any readout.")
     add_train_args(ap)
+    ap.add_argument("--numerics", choices=["native", "portable"], default="native",
+                    help="CPU float32 kernels: native (the fastest this CPU has) or portable (ATen's generic "
+                         "kernels, MKL's COMPATIBLE path, oneDNN at SSE4.1: the same adapter bytes on any x86-64 "
+                         "CPU, about 2x the update time at one thread; noulengine/train/numerics.py) "
+                         "(default native)")
     args = ap.parse_args(argv)
+    from noulengine.train import numerics
+
+    try:  # before torch is imported: the kernels are chosen from the environment at first use
+        numerics.apply(args.numerics)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     from noulengine.models.loading import ModelNotFoundError
     from noulengine.train.data import TrainingDataError
     from noulengine.train.trainer import train
@@ -71,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
 
     # NOULENGINE_THREADS, else the usable physical cores shared among the data-parallel processes here
     threads = cli_threads(int(os.environ.get("LOCAL_WORLD_SIZE") or 1))
+    try:
+        numerics.check(args.numerics)  # torch is imported now: what runs is what was asked for
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         result = train(config)
     except (TrainingDataError, FileExistsError, FileNotFoundError, ModelNotFoundError, ValueError) as exc:

@@ -104,7 +104,8 @@ def find_checkpoint(folder: str | Path) -> Path:
                             "and state.pt; a finished run removes its checkpoint)")
 
 
-def load_checkpoint(folder: Path, *, settings: dict, data_sha256: dict) -> tuple[dict, dict]:
+def load_checkpoint(folder: Path, *, settings: dict, data_sha256: dict,
+                    numerics: dict | None = None) -> tuple[dict, dict]:
     """Read a checkpoint and check that it belongs to this command.
 
     Args:
@@ -112,6 +113,11 @@ def load_checkpoint(folder: Path, *, settings: dict, data_sha256: dict) -> tuple
         settings: this command's :func:`pinned_settings`.
         data_sha256: ``{"train": sha256, "selection": sha256 or None, "init_adapter": sha256 or None}``
             of this command's files (the initial adapter's ``adapter_model.safetensors``).
+        numerics: this process's CPU numerics, ``{"mode", "threads"}`` of
+            :func:`noulengine.train.numerics.report`, checked against the checkpoint's where it
+            records them: the mode always (a run half native, half portable reproduces neither),
+            the thread count when portable (its results depend on it; measured in
+            tests/test_train_numerics.py). None: not checked.
 
     Returns:
         ``(meta, state)``.
@@ -138,6 +144,14 @@ def load_checkpoint(folder: Path, *, settings: dict, data_sha256: dict) -> tuple
                             + (f" (sha256 {theirs})" if theirs else "") + f", this command {'has none' if theirs else 'gives one'}")
         else:
             problems.append(f"{flag}: the file's sha256 is {mine}, the checkpoint was trained on {theirs}")
+    theirs = meta.get("numerics")
+    if numerics is not None and theirs is not None:
+        if theirs["mode"] != numerics["mode"]:
+            problems.append(f"--numerics: the checkpoint ran {theirs['mode']} CPU kernels, this command "
+                            f"{numerics['mode']}")
+        elif theirs["mode"] == "portable" and theirs["threads"] != numerics["threads"]:
+            problems.append(f"threads: the checkpoint ran portable kernels on {theirs['threads']} threads, this "
+                            f"command on {numerics['threads']} (set NOULENGINE_THREADS={theirs['threads']})")
     if problems:
         raise ValueError(f"--resume {folder}: the checkpoint was made by another training run; repeat its "
                          "settings and data:\n  " + "\n  ".join(problems))

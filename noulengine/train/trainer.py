@@ -46,6 +46,7 @@ import torch
 from noulengine.compile.render import prompt_version
 from noulengine.models.tokenizer_probe import probe_record
 from noulengine.train import checkpoint as ckpt
+from noulengine.train import numerics
 from noulengine.train.config import TrainConfig  # noqa: F401 - re-exported (noulengine.train.TrainConfig)
 from noulengine.train.data import TrainingDataError, load_training_rows
 from noulengine.train.loss import batch_losses, compile_example
@@ -178,7 +179,8 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         data_sha256["init_adapter"] = _sha256(check_init_adapter_files(config.init_adapter) / ADAPTER_WEIGHTS)
     resumed = None
     if resume_from is not None:  # checked before the model loads: a wrong command fails at once
-        resumed = ckpt.load_checkpoint(resume_from, settings=ckpt.pinned_settings(config), data_sha256=data_sha256)
+        resumed = ckpt.load_checkpoint(resume_from, settings=ckpt.pinned_settings(config), data_sha256=data_sha256,
+                                       numerics=_numerics_pin())
 
     _seed_everything(config.seed)
     loaded = load_model(config.model, dtype=torch.float32, device=device)
@@ -256,7 +258,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
     def run_segments() -> list[dict]:
         """The earlier runs' segments plus this one's so far (from_step inclusive, to_step exclusive)."""
         return segments + [{"from_step": step_at_start, "to_step": step, "device": str(device),
-                            "cpu_capability": _cpu_capability(),
+                            "cpu_capability": _cpu_capability(), "numerics": numerics.report(),
                             "autocast": None if autocast is None else str(autocast).replace("torch.", ""),
                             "train_s": round(time.perf_counter() - t_train, 1), "git_revision": revision}]
 
@@ -265,7 +267,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         if not main:
             return None
         meta = {"step": step, "total": total, "epoch": epoch, "batch": batch, "settings": ckpt.pinned_settings(config),
-                "data_sha256": data_sha256}
+                "data_sha256": data_sha256, "numerics": _numerics_pin()}
         progress = {"curve": curve, "epochs": epochs_log, "learning_curve": learning, "step": step,
                     "seen_examples": seen_examples, "epoch_sums": ep_acc,
                     "train_s": train_s_before + time.perf_counter() - t_train, "segments": run_segments(),
@@ -416,7 +418,8 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
                  "selection": _file_info(Path(config.selection), sel_rows) if config.selection else None},
         "evaluation_overlap_check": index.summary(),
         "git_revision": revision, "seed": config.seed, "versions": _versions(library_versions),
-        "device": str(device), "cpu_capability": _cpu_capability(), "processes": world, "steps": step,
+        "device": str(device), "cpu_capability": _cpu_capability(), "numerics": numerics.report(),
+        "processes": world, "steps": step,
         "wall_s": round(time.perf_counter() - t_start, 1), "train_s": round(train_s, 1),
         "examples_per_s": round(seen_examples * world / train_s, 3) if train_s else None,
         "epochs": epochs_log, "chosen_epoch": chosen,
@@ -438,6 +441,12 @@ def _sha256(path) -> str:
     from noulengine.models.loading import sha256_file
 
     return sha256_file(Path(path))
+
+
+def _numerics_pin() -> dict:
+    """What a resume must repeat of this process's CPU numerics: ``{"mode", "threads"}``."""
+    r = numerics.report()
+    return {"mode": r["mode"], "threads": r["threads"]}
 
 
 def _cpu_capability() -> str:

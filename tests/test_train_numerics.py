@@ -1,0 +1,107 @@
+"""CPU numerics for training (noulengine/train/numerics.py): ``--numerics portable`` runs ATen's
+generic kernels and MKL's COMPATIBLE path, training.json and each resumed part record what ran,
+and a resume with the other mode is refused (a run half native, half portable reproduces
+neither)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from noulengine.train import numerics
+from tests.test_train_resume import toy  # noqa: F401 - the fixture
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def clean_env(**extra) -> dict:
+    """This environment without the portable settings (a CI job may export them), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in numerics.PORTABLE_ENV}
+    return {**env, "PYTHONPATH": str(REPO), "NOULENGINE_THREADS": "1", **extra}
+
+
+def test_apply_refuses_a_process_whose_kernels_may_already_be_chosen(monkeypatch):
+    for k in numerics.PORTABLE_ENV:
+        monkeypatch.delenv(k, raising=False)
+    assert "torch" in sys.modules  # this test process: kernels may already be dispatched
+    with pytest.raises(RuntimeError, match="torch is already imported"):
+        numerics.apply("portable")
+    assert all(k not in os.environ for k in numerics.PORTABLE_ENV)  # nothing half-set
+    numerics.apply("native")  # native sets nothing, so it is always safe
+    with pytest.raises(ValueError, match=r"numerics must be one of \['native', 'portable'\], got 'fast'"):
+        numerics.apply("fast")
+    # already in the environment (set before Python started): accepted as it is
+    for k, v in numerics.PORTABLE_ENV.items():
+        monkeypatch.setenv(k, v)
+    numerics.apply("portable")
+
+
+REPORT = ("import json, sys; from noulengine.train import numerics; numerics.apply(sys.argv[1]); import torch; "
+          "torch.ones(8, 8) @ torch.ones(8, 8); r = numerics.report(); print(json.dumps(r)); numerics.check(sys.argv[1])")
+
+
+def test_portable_runs_the_generic_kernels_and_native_does_not():
+    got = subprocess.run([sys.executable, "-c", REPORT, "portable"], capture_output=True, text=True,
+                         env=clean_env(), cwd=REPO, timeout=120)
+    assert got.returncode == 0, got.stderr[-2000:]
+    r = json.loads(got.stdout)
+    assert r["mode"] == "portable" and r["cpu_capability"] == "DEFAULT" and r["onednn_max_cpu_isa"] == "SSE41"
+    if torch.backends.mkl.is_available():  # read back from MKL itself, not from the variable
+        assert r["mkl_cbwr"] == "COMPATIBLE"
+    assert r["threads"] >= 1 and r["cpu"]
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
+        pytest.skip("this CPU has no vector kernels: native and portable are the same here")
+    got = subprocess.run([sys.executable, "-c", REPORT, "native"], capture_output=True, text=True,
+                         env=clean_env(), cwd=REPO, timeout=120)
+    r = json.loads(got.stdout.splitlines()[0])
+    assert r["mode"] == "native" and r["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert got.returncode == 0
+    # asking for portable where native runs is refused with what runs
+    got = subprocess.run([sys.executable, "-c", REPORT + "; numerics.check('portable')", "native"],
+                         capture_output=True, text=True, env=clean_env(), cwd=REPO, timeout=120)
+    assert got.returncode != 0 and "numerics portable asked for, but ATen runs" in got.stderr
+
+
+@pytest.mark.slow
+def test_train_cli_records_portable_numerics_and_resume_keeps_them(tmp_path, toy):  # noqa: F811
+    args = ["--data", toy["data"], "--output", None, "--model", toy["model"], "--selection", toy["selection"],
+            "--lora-r", "4", "--lr", "1e-2", "--epochs", "1", "--batch-tokens", "512", "--max-batch-size", "4",
+            "--seed", "3", "--flip-rate-rows", "0", "--progress", "false"]
+
+    def cli(out: Path, *extra, threads="1"):
+        argv = [a if a is not None else str(out) for a in args]
+        return subprocess.run([sys.executable, "-m", "noulengine.train", *argv, *extra], capture_output=True,
+                              text=True, env=clean_env(NOULENGINE_THREADS=threads), cwd=REPO, timeout=300)
+
+    parts = tmp_path / "parts"
+    first = cli(parts, "--numerics", "portable", "--stop-after", "2")
+    assert first.returncode == 75, first.stderr[-2000:]
+    assert json.loads((parts / "checkpoint" / "checkpoint.json").read_text())["numerics"] == {"mode": "portable", "threads": 1}
+    refused = cli(parts, "--numerics", "native", "--resume", str(parts))
+    assert refused.returncode == 2
+    assert "--numerics: the checkpoint ran portable CPU kernels, this command native" in refused.stderr
+    refused = cli(parts, "--numerics", "portable", "--resume", str(parts), threads="2")
+    assert refused.returncode == 2
+    assert "threads: the checkpoint ran portable kernels on 1 threads, this command on 2" in refused.stderr
+    second = cli(parts, "--numerics", "portable", "--resume", str(parts))
+    assert second.returncode == 0, second.stderr[-2000:]
+    t = json.loads((parts / "training.json").read_text())
+    assert t["numerics"]["mode"] == "portable" and t["cpu_capability"] == "DEFAULT"
+    assert [g["numerics"]["mode"] for g in t["segments"]] == ["portable", "portable"]
+    # in one go: the same bytes as the two parts
+    whole = cli(tmp_path / "whole", "--numerics", "portable")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    assert (tmp_path / "whole" / "adapter_model.safetensors").read_bytes() == \
+        (parts / "adapter_model.safetensors").read_bytes()
+    # on two threads the last bits differ: the thread count is part of what reproduces a run
+    two = cli(tmp_path / "two", "--numerics", "portable", threads="2")
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert json.loads((tmp_path / "two" / "training.json").read_text())["numerics"]["threads"] == 2
+    assert (tmp_path / "two" / "adapter_model.safetensors").read_bytes() != \
+        (parts / "adapter_model.safetensors").read_bytes()
