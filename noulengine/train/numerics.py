@@ -17,8 +17,16 @@ their kernels from the CPU at run time:
   Results"). Measured here: on this AMD host MKL takes only ``COMPATIBLE``; ``MKL_CBWR=AVX2``
   falls back to ``AUTO`` (``mkl_cbwr_get`` returns 2) and changes nothing.
 - oneDNN dispatches on ``ONEDNN_MAX_CPU_ISA``; ``SSE41`` is its most basic x86-64 level.
+- MKL's vector math (VML) computes ``torch.sqrt`` on float32 tensors: not correctly rounded
+  (2 of 7 values differ from numpy's ``sqrt`` here), and CPU-dependent even with
+  ``MKL_CBWR=COMPATIBLE`` (another result under QEMU emulating an Intel Haswell). AdamW's
+  for-loop step takes ``exp_avg_sq.sqrt()`` from it, so a portable run uses torch's fused AdamW,
+  whose kernel uses the CPU's correctly rounded sqrt instruction (the trainer).
 
-``portable`` sets all three. Measured on the v2 recipe (2 updates, this host): 2.2x the update
+``portable`` sets the first three and the trainer takes the fused AdamW. Checked with QEMU's
+user-mode emulation of an Intel Haswell (``qemu-x86_64 -cpu Haswell``) against this AMD host:
+the model's logits, loss and every gradient agree bit for bit, the fused AdamW step too, and a
+3-update run of a 2-layer Llama gives the same adapter bytes (docs/training.md). Measured on the v2 recipe (2 updates, this host): 2.2x the update
 time of ``native`` at one thread, 1.2x at two threads against native at one; one and two threads
 give the same adapter bytes. The settings must be in the environment before torch runs a kernel,
 which is why ``noulengine train --numerics portable`` sets them before importing torch, and a

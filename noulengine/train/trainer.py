@@ -216,7 +216,11 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
             raise ValueError(f"--max-steps {config.max_steps} is more than the {total} updates of --epochs "
                              f"{config.epochs} ({steps_per_epoch} per epoch on this data): give --epochs {need}")
         total = config.max_steps
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    # Portable numerics take torch's fused AdamW: its step computes sqrt with the CPU's correctly
+    # rounded instruction, where the for-loop step's exp_avg_sq.sqrt() goes to MKL VML, whose last
+    # bits differ between CPU models even with MKL_CBWR=COMPATIBLE (train/numerics.py).
+    fused_adamw = numerics.report()["mode"] == "portable"
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, fused=fused_adamw or None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(total, int(config.warmup_ratio * total)))
 
     curve, epochs_log, learning = [], [], []
@@ -419,6 +423,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         "evaluation_overlap_check": index.summary(),
         "git_revision": revision, "seed": config.seed, "versions": _versions(library_versions),
         "device": str(device), "cpu_capability": _cpu_capability(), "numerics": numerics.report(),
+        "optimizer": {"name": "AdamW", "fused": fused_adamw},
         "processes": world, "steps": step,
         "wall_s": round(time.perf_counter() - t_start, 1), "train_s": round(train_s, 1),
         "examples_per_s": round(seen_examples * world / train_s, 3) if train_s else None,
