@@ -32,7 +32,9 @@ Steps (one command; ``--steps`` runs a subset):
 After ``train`` and ``calibrate`` the run is compared with the installed default
 (:func:`compare_with_installed`): the data's and the adapter's sha256 (``matches`` / ``DIFFERS
 FROM``) and the fitted temperatures, so a rerun of ``--mix v2`` says whether it reproduced the
-shipped adapter byte for byte.
+shipped adapter byte for byte. ``train`` and ``calibrate`` run with ``--numerics portable`` on 2
+threads unless told otherwise (:mod:`noulengine.train.numerics`): the same adapter bytes on any
+x86-64 CPU, where native float32 kernels differ in their last bits from one CPU to another.
 
 Usage::
 

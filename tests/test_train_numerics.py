@@ -93,6 +93,8 @@ def test_train_cli_records_portable_numerics_and_resume_keeps_them(tmp_path, toy
     assert second.returncode == 0, second.stderr[-2000:]
     t = json.loads((parts / "training.json").read_text())
     assert t["numerics"]["mode"] == "portable" and t["cpu_capability"] == "DEFAULT"
+    # the fused AdamW: the for-loop step's sqrt comes from MKL VML, whose last bits depend on the CPU
+    assert t["optimizer"] == {"name": "AdamW", "fused": True}
     assert [g["numerics"]["mode"] for g in t["segments"]] == ["portable", "portable"]
     # in one go: the same bytes as the two parts
     whole = cli(tmp_path / "whole", "--numerics", "portable")
@@ -103,5 +105,9 @@ def test_train_cli_records_portable_numerics_and_resume_keeps_them(tmp_path, toy
     two = cli(tmp_path / "two", "--numerics", "portable", threads="2")
     assert two.returncode == 0, two.stderr[-2000:]
     assert json.loads((tmp_path / "two" / "training.json").read_text())["numerics"]["threads"] == 2
+    native = cli(tmp_path / "native", "--numerics", "native")
+    assert native.returncode == 0, native.stderr[-2000:]
+    t = json.loads((tmp_path / "native" / "training.json").read_text())
+    assert t["numerics"]["mode"] == "native" and t["optimizer"] == {"name": "AdamW", "fused": False}
     assert (tmp_path / "two" / "adapter_model.safetensors").read_bytes() != \
         (parts / "adapter_model.safetensors").read_bytes()
