@@ -546,6 +546,10 @@ def main(argv: list[str] | None = None) -> int:
     # portable results depend on the thread count too (tests/test_train_numerics.py): pinned
     kernels_env = {**numerics.PORTABLE_ENV, "NOULENGINE_THREADS": str(PORTABLE_THREADS)} \
         if args.numerics == "portable" else {}
+    mine = os.environ.get("NOULENGINE_THREADS")
+    if kernels_env and mine is not None and mine != str(PORTABLE_THREADS):  # said, not silently replaced
+        print(f"--numerics portable: train and calibrate run {PORTABLE_THREADS} threads, not NOULENGINE_THREADS={mine} "
+              "(the adapter's bytes depend on the thread count; --numerics native keeps yours)", flush=True)
     steps = args.steps.split(",")
     if args.model is not None and "install" in steps and embedded_base(args.model) is None:
         ap.error(f"--model {args.model!r} with the install step: the default decision model's base must be an "

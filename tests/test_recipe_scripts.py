@@ -229,7 +229,7 @@ def test_selection_by_kind_scores_each_model_on_the_same_rows(tmp_path, tiny_lla
     assert "| noul:toy | 8 |" in capsys.readouterr().out
 
 
-def test_recipe_trains_and_calibrates_with_portable_numerics_on_pinned_threads(tmp_path, monkeypatch):
+def test_recipe_trains_and_calibrates_with_portable_numerics_on_pinned_threads(tmp_path, monkeypatch, capsys):
     """The recipe's default: train and calibrate run with the portable CPU kernels and the pinned
     thread count, so its adapter bytes do not depend on the host; ``--numerics native`` adds nothing."""
     from noulengine.train import numerics
@@ -238,7 +238,9 @@ def test_recipe_trains_and_calibrates_with_portable_numerics_on_pinned_threads(t
     monkeypatch.setattr(train_default, "run", lambda cmd, ok=(0,), env=None: calls.append((cmd, env)) or 0)
     monkeypatch.setattr(train_default, "resolve_data_dir", lambda source: tmp_path)
     (tmp_path / "work").mkdir()
+    monkeypatch.setenv("NOULENGINE_THREADS", "1")
     train_default.main(["--steps", "train,calibrate", "--work", str(tmp_path / "work")])
+    assert "train and calibrate run 2 threads, not NOULENGINE_THREADS=1" in capsys.readouterr().out
     (train, train_env), (calibrate, calibrate_env) = calls
     assert train[2:4] == ["noulengine", "train"] and calibrate[2:4] == ["noulengine", "calibrate"]
     assert train[train.index("--numerics") + 1] == "portable"

@@ -4,8 +4,8 @@
 Why: a float32 CPU training run is reproducible byte for byte on one host, not across hosts. The
 v2 recipe's first loss is 6.349981 on this project's AMD EPYC (Zen 4, AVX-512) host, 6.349974 there
 with ``ATEN_CPU_CAPABILITY=avx2``, and 6.349978 in the shipped adapter's record (another host), so
-652 updates later the adapters differ in their last bits (docs/training.md). Three libraries pick
-their kernels from the CPU at run time:
+652 updates later the adapters differ in their last bits (docs/training.md). Four parts of torch
+pick their kernels from the CPU at run time:
 
 - ATen's vectorised kernels (softmax, norms, activations, reductions) dispatch on
   ``ATEN_CPU_CAPABILITY`` (``default`` | ``avx2`` | ``avx512``; torch's
@@ -24,13 +24,15 @@ their kernels from the CPU at run time:
   whose kernel uses the CPU's correctly rounded sqrt instruction (the trainer).
 
 ``portable`` sets the first three and the trainer takes the fused AdamW. Checked with QEMU's
-user-mode emulation of an Intel Haswell (``qemu-x86_64 -cpu Haswell``) against this AMD host:
-the model's logits, loss and every gradient agree bit for bit, the fused AdamW step too, and a
-3-update run of a 2-layer Llama gives the same adapter bytes (docs/training.md). Measured on the v2 recipe (2 updates, this host): 2.2x the update
-time of ``native`` at one thread, 1.2x at two threads against native at one; one and two threads
-give the same adapter bytes. The settings must be in the environment before torch runs a kernel,
-which is why ``noulengine train --numerics portable`` sets them before importing torch, and a
-process that already ran torch with other settings is refused instead of silently mixing them.
+user-mode emulation of an Intel Haswell (``qemu-x86_64 -cpu Haswell``) against this AMD host: a
+3-update run of a 2-layer Llama gives the same adapter bytes, and SmolLM2-135M with the recipe's
+LoRA the same logits, gradients and weights after two steps (docs/training.md). The thread count
+still changes the last bits (tests/test_train_numerics.py), so a resume must repeat it and the
+recipe pins it. Cost, on the v2 recipe (2 updates, this host): 2.2x the update time of ``native``
+at one thread, 1.2x at two threads against native at one. The settings must be in the environment
+before torch runs a kernel, which is why ``noulengine train --numerics portable`` sets them before
+importing torch, and a process that already imported torch without them is refused instead of
+silently mixing kernels.
 """
 
 from __future__ import annotations
