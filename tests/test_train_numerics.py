@@ -111,3 +111,24 @@ def test_train_cli_records_portable_numerics_and_resume_keeps_them(tmp_path, toy
     assert t["numerics"]["mode"] == "native" and t["optimizer"] == {"name": "AdamW", "fused": False}
     assert (tmp_path / "two" / "adapter_model.safetensors").read_bytes() != \
         (parts / "adapter_model.safetensors").read_bytes()
+
+
+@pytest.mark.slow
+def test_numerics_check_fingerprints_the_kernels(tiny_llama_dir):
+    """scripts/numerics_check.py, the cross-CPU fingerprint: it says which kernels ran, and the
+    native and portable kernels give other bits (so equal hashes on two CPUs mean something)."""
+    def fingerprint(mode):
+        got = subprocess.run([sys.executable, str(REPO / "scripts" / "numerics_check.py"), mode, "--model",
+                              str(tiny_llama_dir), "--lora-layers", "2"], capture_output=True, text=True,
+                             env=clean_env(OMP_NUM_THREADS="1"), cwd=REPO, timeout=300)
+        assert got.returncode == 0, got.stderr[-2000:]
+        return json.loads(got.stdout.splitlines()[-1])
+
+    portable = fingerprint("portable")
+    assert portable["numerics"]["mode"] == "portable"
+    assert set(portable["hashes"]) == {"logits", "loss", "grads0", "grads1", "lora"}
+    assert fingerprint("portable")["hashes"] == portable["hashes"]
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
+        pytest.skip("this CPU has no vector kernels: native and portable are the same here")
+    native = fingerprint("native")
+    assert native["numerics"]["mode"] == "native" and native["hashes"]["lora"] != portable["hashes"]["lora"]
