@@ -32,7 +32,8 @@ Steps (one command; ``--steps`` runs a subset):
 After ``train`` and ``calibrate`` the run is compared with the installed default
 (:func:`compare_with_installed`): the data's and the adapter's sha256 (``matches`` / ``DIFFERS
 FROM``) and the fitted temperatures, so a rerun of ``--mix v2`` says whether it reproduced the
-shipped adapter byte for byte. ``train`` and ``calibrate`` run with ``--numerics portable`` on 2
+shipped adapter byte for byte (``--compare-with DIR``: another model folder instead, such as a
+committed candidate). ``train`` and ``calibrate`` run with ``--numerics portable`` on 2
 threads unless told otherwise (:mod:`noulengine.train.numerics`): the same adapter bytes on any
 x86-64 CPU, where native float32 kernels differ in their last bits from one CPU to another.
 
@@ -458,9 +459,16 @@ def learning_curve(model_dir: Path, work: Path) -> list[dict]:
     return points
 
 
-def _verdict(what: str, got: str | None, want: str | None) -> str:
-    """One reproduction line: ``<what> sha256 <got> matches|DIFFERS FROM the installed adapter's (<want>)``."""
-    return f"{what} sha256 {got} {'matches' if got == want else 'DIFFERS FROM'} the installed adapter's ({want})"
+def _verdict(what: str, got: str | None, want: str | None, whose: str = "the installed adapter's") -> str:
+    """One reproduction line: ``<what> sha256 <got> matches|DIFFERS FROM <whose> (<want>)``."""
+    return f"{what} sha256 {got} {'matches' if got == want else 'DIFFERS FROM'} {whose} ({want})"
+
+
+def _whose(reference: Path) -> str:
+    """How the reproduction lines name the reference folder: the installed default or its path."""
+    if reference.resolve() == DEFAULT_ADAPTER_DIR.resolve():
+        return "the installed adapter's"
+    return f"{reference}'s"
 
 
 def _kernels(record: dict) -> str:
@@ -475,7 +483,8 @@ def _kernels(record: dict) -> str:
 
 def compare_with_installed(model_dir: Path, installed: Path = DEFAULT_ADAPTER_DIR) -> list[str]:
     """Say whether a recipe run reproduced the installed default (issue #33: the recipe must reproduce
-    the adapter's hash from a fresh clone).
+    the adapter's hash from a fresh clone), or another model folder given as ``installed`` (the
+    recipe's ``--compare-with``: a committed candidate not installed yet).
 
     Compares ``<model_dir>/adapter_model.safetensors`` with the installed one by sha256 (byte for
     byte), the training data by the sha256 both ``training.json`` files record, and, where both
@@ -486,16 +495,16 @@ def compare_with_installed(model_dir: Path, installed: Path = DEFAULT_ADAPTER_DI
     mine, theirs = model_dir / "adapter_model.safetensors", installed / "adapter_model.safetensors"
     if not (mine.is_file() and theirs.is_file()):
         return []
-    lines = []
+    lines, whose = [], _whose(installed)
     records = [json.loads((d / "training.json").read_text(encoding="utf-8")) if (d / "training.json").is_file()
                else {} for d in (model_dir, installed)]
     data = [r.get("data", {}).get("train", {}).get("sha256") for r in records]
-    lines.append(_verdict("train.jsonl", *data))
+    lines.append(_verdict("train.jsonl", *data, whose))
     got, want = sha256_file(mine), sha256_file(theirs)
-    lines.append(_verdict("adapter_model.safetensors", got, want))
+    lines.append(_verdict("adapter_model.safetensors", got, want, whose))
     kernels = [_kernels(r) for r in records]
     if got != want and kernels[0] != kernels[1]:  # float32 CPU results depend on them (train/numerics.py)
-        lines.append(f"  CPU kernels: this run {kernels[0]}, the installed adapter's {kernels[1]}; "
+        lines.append(f"  CPU kernels: this run {kernels[0]}, {whose} {kernels[1]}; "
                      "float32 results depend on them (only --numerics portable is the same on every x86-64 CPU)")
     cal = [d / "calibration.json" for d in (model_dir, installed)]
     if all(c.is_file() for c in cal):
@@ -538,6 +547,10 @@ def main(argv: list[str] | None = None) -> int:
                         "<work>/model/checkpoint/ (same mix, data and budget)")
     ap.add_argument("--init-adapter", default=None, help="a continuation mix (v5): the trained model folder it starts "
                     "from (noulengine train --init-adapter)")
+    ap.add_argument("--compare-with", type=Path, default=DEFAULT_ADAPTER_DIR, metavar="DIR",
+                    help="the model folder a run is compared with, by data, adapter sha256 and temperatures "
+                         "(default: the installed default adapter; a committed candidate's folder checks that "
+                         "the recipe reproduces it before it is installed)")
     ap.add_argument("--numerics", default="portable", choices=numerics.MODES,
                     help="CPU float32 kernels of train and calibrate (noulengine train --numerics): portable gives "
                          f"the same adapter bytes on any x86-64 CPU and runs {PORTABLE_THREADS} threads (its results "
@@ -550,6 +563,9 @@ def main(argv: list[str] | None = None) -> int:
     if kernels_env and mine is not None and mine != str(PORTABLE_THREADS):  # said, not silently replaced
         print(f"--numerics portable: train and calibrate run {PORTABLE_THREADS} threads, not NOULENGINE_THREADS={mine} "
               "(the adapter's bytes depend on the thread count; --numerics native keeps yours)", flush=True)
+    if not (args.compare_with / "adapter_model.safetensors").is_file() and args.compare_with != DEFAULT_ADAPTER_DIR:
+        ap.error(f"--compare-with {args.compare_with}: no adapter_model.safetensors there (a model folder "
+                 "written by noulengine train)")
     steps = args.steps.split(",")
     if args.model is not None and "install" in steps and embedded_base(args.model) is None:
         ap.error(f"--model {args.model!r} with the install step: the default decision model's base must be an "
@@ -576,10 +592,10 @@ def main(argv: list[str] | None = None) -> int:
         info = (build_continuation_data(data_dir, work / "data", args.mix) if plan.get("continues")
                 else build_data(data_dir, work / "data", args.mix))
         print(json.dumps(info, indent=1))
-        installed = DEFAULT_ADAPTER_DIR / "training.json"
-        if installed.is_file():  # reproducibility: the committed adapter names the data it was trained on
+        reference = args.compare_with / "training.json"
+        if reference.is_file():  # reproducibility: the committed adapter names the data it was trained on
             print(_verdict("train.jsonl", info["train"]["sha256"],
-                           json.loads(installed.read_text())["data"]["train"]["sha256"]))
+                           json.loads(reference.read_text())["data"]["train"]["sha256"], _whose(args.compare_with)))
         times["data_s"] = round(time.perf_counter() - t0, 1)
     py = sys.executable
     rc = None
@@ -613,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
              "--output", str(model_dir / "calibration.json"), "--no-progress"], env=kernels_env)
         times["calibrate_s"] = round(time.perf_counter() - t, 1)
     if ("train" in steps and rc == 0) or "calibrate" in steps:  # once, after the last of them; not for a paused run
-        compare_with_installed(model_dir)
+        compare_with_installed(model_dir, args.compare_with)
     if "install" in steps:
         spec = json.loads((model_dir / "training.json").read_text())["base_model"].get("spec")
         if embedded_base(spec) is None:  # what the loader's default_base() reads: a path would not travel

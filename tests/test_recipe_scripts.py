@@ -194,6 +194,24 @@ def test_compare_with_installed_says_matches_only_for_the_same_bytes(tmp_path, c
     assert train_default.compare_with_installed(tmp_path / "empty") == []
 
 
+def test_compare_with_names_a_candidate_folder(tmp_path, capsys):
+    """--compare-with DIR: a run is checked against a committed candidate (not installed yet), and
+    the lines name that folder; a folder without an adapter is refused before anything runs."""
+    import shutil
+
+    from noulengine.models.loading import DEFAULT_ADAPTER_DIR
+
+    run, candidate = tmp_path / "model", tmp_path / "candidate"
+    shutil.copytree(DEFAULT_ADAPTER_DIR, run)
+    shutil.copytree(DEFAULT_ADAPTER_DIR, candidate)
+    lines = train_default.compare_with_installed(run, candidate)
+    assert lines[1].endswith(f"matches {candidate}'s ({train_default.sha256_file(candidate / 'adapter_model.safetensors')})")
+    with pytest.raises(SystemExit) as exit_:
+        train_default.main(["--steps", "data", "--work", str(tmp_path / "work"), "--compare-with", str(tmp_path / "none")])
+    assert exit_.value.code == 2
+    assert f"--compare-with {tmp_path / 'none'}: no adapter_model.safetensors there" in capsys.readouterr().err
+
+
 def test_selection_by_kind_scores_each_model_on_the_same_rows(tmp_path, tiny_llama, tiny_tokenizer, capsys):
     """scripts/selection_by_kind.py: per-kind metrics of each --model on the kept kinds only, the
     yes/no kind with its P(yes) AUC, equal to the engine's own answers on those rows."""
