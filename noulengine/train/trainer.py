@@ -150,6 +150,9 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
 
     t_start = time.perf_counter()
     revision = git_revision()  # read at the start: commits made during a long run must not be credited
+    # read once: the kernels and thread count are fixed before torch runs anything (train/__main__.py),
+    # and the report opens /proc/cpuinfo and torch's shared library
+    kernels = numerics.report()
     output = Path(config.output)
     resume_from = ckpt.find_checkpoint(config.resume) if config.resume else None
     continuing = resume_from is not None and resume_from.parent.resolve() == output.resolve()
@@ -180,7 +183,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
     resumed = None
     if resume_from is not None:  # checked before the model loads: a wrong command fails at once
         resumed = ckpt.load_checkpoint(resume_from, settings=ckpt.pinned_settings(config), data_sha256=data_sha256,
-                                       numerics=_numerics_pin())
+                                       numerics=_numerics_pin(kernels))
 
     _seed_everything(config.seed)
     loaded = load_model(config.model, dtype=torch.float32, device=device)
@@ -219,7 +222,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
     # Portable numerics take torch's fused AdamW: its step computes sqrt with the CPU's correctly
     # rounded instruction, where the for-loop step's exp_avg_sq.sqrt() goes to MKL VML, whose last
     # bits differ between CPU models even with MKL_CBWR=COMPATIBLE (train/numerics.py).
-    fused_adamw = numerics.report()["mode"] == "portable"
+    fused_adamw = kernels["mode"] == "portable"
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, fused=fused_adamw or None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(total, int(config.warmup_ratio * total)))
 
@@ -262,7 +265,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
     def run_segments() -> list[dict]:
         """The earlier runs' segments plus this one's so far (from_step inclusive, to_step exclusive)."""
         return segments + [{"from_step": step_at_start, "to_step": step, "device": str(device),
-                            "cpu_capability": _cpu_capability(), "numerics": numerics.report(),
+                            "cpu_capability": _cpu_capability(), "numerics": kernels,
                             "autocast": None if autocast is None else str(autocast).replace("torch.", ""),
                             "train_s": round(time.perf_counter() - t_train, 1), "git_revision": revision}]
 
@@ -271,7 +274,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         if not main:
             return None
         meta = {"step": step, "total": total, "epoch": epoch, "batch": batch, "settings": ckpt.pinned_settings(config),
-                "data_sha256": data_sha256, "numerics": _numerics_pin()}
+                "data_sha256": data_sha256, "numerics": _numerics_pin(kernels)}
         progress = {"curve": curve, "epochs": epochs_log, "learning_curve": learning, "step": step,
                     "seen_examples": seen_examples, "epoch_sums": ep_acc,
                     "train_s": train_s_before + time.perf_counter() - t_train, "segments": run_segments(),
@@ -422,7 +425,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
                  "selection": _file_info(Path(config.selection), sel_rows) if config.selection else None},
         "evaluation_overlap_check": index.summary(),
         "git_revision": revision, "seed": config.seed, "versions": _versions(library_versions),
-        "device": str(device), "cpu_capability": _cpu_capability(), "numerics": numerics.report(),
+        "device": str(device), "cpu_capability": _cpu_capability(), "numerics": kernels,
         "optimizer": {"name": "AdamW", "fused": fused_adamw},
         "processes": world, "steps": step,
         "wall_s": round(time.perf_counter() - t_start, 1), "train_s": round(train_s, 1),
@@ -448,10 +451,10 @@ def _sha256(path) -> str:
     return sha256_file(Path(path))
 
 
-def _numerics_pin() -> dict:
-    """What a resume must repeat of this process's CPU numerics: ``{"mode", "threads"}``."""
-    r = numerics.report()
-    return {"mode": r["mode"], "threads": r["threads"]}
+def _numerics_pin(kernels: dict) -> dict:
+    """What a resume must repeat of this process's CPU numerics (``kernels``:
+    :func:`noulengine.train.numerics.report`'s dict): ``{"mode", "threads"}``."""
+    return {"mode": kernels["mode"], "threads": kernels["threads"]}
 
 
 def _cpu_capability() -> str:
