@@ -25,12 +25,13 @@ Steps (one command; ``--steps`` runs a subset):
    a third seed (temperatures fitted on ``calibration`` rows; ``selection`` rows only reported),
    written into the model folder as
    ``calibration.json``.
-4. ``install``: copy the adapter, ``training.json`` and ``calibration.json`` into
+4. ``install``: copy the adapter, ``training.json`` and ``calibration.json`` (of ``<work>/model``, or
+   of ``--install-from DIR``: a committed candidate whose reproduction matched) into
    ``noulengine/models/default_adapter/`` (what ``Engine.from_pretrained()`` loads) and pin the
    adapter's sha256 in ``noulengine/models/loading.py`` (``DEFAULT_ADAPTER_SHA256``).
 
 After ``train`` and ``calibrate`` the run is compared with the installed default
-(:func:`compare_with_installed`): the data's and the adapter's sha256 (``matches`` / ``DIFFERS
+(:func:`compare_with`): the data's and the adapter's sha256 (``matches`` / ``DIFFERS
 FROM``) and the fitted temperatures, so a rerun of ``--mix v2`` says whether it reproduced the
 shipped adapter byte for byte (``--compare-with DIR``: another model folder instead, such as a
 committed candidate). ``train`` and ``calibrate`` run with ``--numerics portable`` on 2
@@ -481,23 +482,23 @@ def _kernels(record: dict) -> str:
     return f"native {n['cpu_capability']}" + (f" ({n['cpu']})" if n.get("cpu") else "")
 
 
-def compare_with_installed(model_dir: Path, installed: Path = DEFAULT_ADAPTER_DIR) -> list[str]:
+def compare_with(model_dir: Path, reference: Path = DEFAULT_ADAPTER_DIR) -> list[str]:
     """Say whether a recipe run reproduced the installed default (issue #33: the recipe must reproduce
-    the adapter's hash from a fresh clone), or another model folder given as ``installed`` (the
+    the adapter's hash from a fresh clone), or another model folder given as ``reference`` (the
     recipe's ``--compare-with``: a committed candidate not installed yet).
 
-    Compares ``<model_dir>/adapter_model.safetensors`` with the installed one by sha256 (byte for
+    Compares ``<model_dir>/adapter_model.safetensors`` with the reference's by sha256 (byte for
     byte), the training data by the sha256 both ``training.json`` files record, and, where both
     folders hold a ``calibration.json``, every group's fitted temperature (largest relative
     difference; the fit is LBFGS on the model's own scores, so equal adapters give equal
     temperatures on the same validation rows). Returns the lines it prints; [] when either folder
     lacks an adapter (nothing to compare)."""
-    mine, theirs = model_dir / "adapter_model.safetensors", installed / "adapter_model.safetensors"
+    mine, theirs = model_dir / "adapter_model.safetensors", reference / "adapter_model.safetensors"
     if not (mine.is_file() and theirs.is_file()):
         return []
-    lines, whose = [], _whose(installed)
+    lines, whose = [], _whose(reference)
     records = [json.loads((d / "training.json").read_text(encoding="utf-8")) if (d / "training.json").is_file()
-               else {} for d in (model_dir, installed)]
+               else {} for d in (model_dir, reference)]
     data = [r.get("data", {}).get("train", {}).get("sha256") for r in records]
     lines.append(_verdict("train.jsonl", *data, whose))
     got, want = sha256_file(mine), sha256_file(theirs)
@@ -506,7 +507,7 @@ def compare_with_installed(model_dir: Path, installed: Path = DEFAULT_ADAPTER_DI
     if got != want and kernels[0] != kernels[1]:  # float32 CPU results depend on them (train/numerics.py)
         lines.append(f"  CPU kernels: this run {kernels[0]}, {whose} {kernels[1]}; "
                      "float32 results depend on them (only --numerics portable is the same on every x86-64 CPU)")
-    cal = [d / "calibration.json" for d in (model_dir, installed)]
+    cal = [d / "calibration.json" for d in (model_dir, reference)]
     if all(c.is_file() for c in cal):
         groups = [json.loads(c.read_text(encoding="utf-8"))["groups"] for c in cal]
         shared = sorted(set(groups[0]) & set(groups[1]))
@@ -551,6 +552,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the model folder a run is compared with, by data, adapter sha256 and temperatures "
                          "(default: the installed default adapter; a committed candidate's folder checks that "
                          "the recipe reproduces it before it is installed)")
+    ap.add_argument("--install-from", type=Path, default=None, metavar="DIR",
+                    help="the model folder the install step copies (default <work>/model): a committed candidate "
+                         "whose reproduction (--compare-with DIR) matched; only with --steps install")
     ap.add_argument("--numerics", default="portable", choices=numerics.MODES,
                     help="CPU float32 kernels of train and calibrate (noulengine train --numerics): portable gives "
                          f"the same adapter bytes on any x86-64 CPU and runs {PORTABLE_THREADS} threads (its results "
@@ -567,6 +571,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--compare-with {args.compare_with}: no adapter_model.safetensors there (a model folder "
                  "written by noulengine train)")
     steps = args.steps.split(",")
+    if args.install_from is not None:
+        if steps != ["install"]:  # train and calibrate write <work>/model: installing another folder after them
+            ap.error(f"--install-from {args.install_from}: only with --steps install (the other steps write "
+                     "<work>/model, which the install step would then not copy)")
+        missing = [n for n in ADAPTER_FILES if not (args.install_from / n).is_file()]
+        if args.install_from.resolve() == DEFAULT_ADAPTER_DIR.resolve():
+            ap.error(f"--install-from {args.install_from}: that is the installed default itself")
+        if missing:
+            ap.error(f"--install-from {args.install_from}: no {', '.join(missing)} there (a model folder written by "
+                     "noulengine train and calibrated by noulengine calibrate)")
     if args.model is not None and "install" in steps and embedded_base(args.model) is None:
         ap.error(f"--model {args.model!r} with the install step: the default decision model's base must be an "
                  "embedded base, installed from the package index and named in its training.json ("
@@ -576,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = resolve_data_dir(args.source)
     if data_dir is None:
         raise SystemExit("no raw data root found (set NOULENGINE_DATA or pass --source)")
-    model_dir = work / "model"
+    model_dir = args.install_from if args.install_from is not None else work / "model"
     times = {}
     t0 = time.perf_counter()
     plan = MIXES[args.mix]
@@ -629,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
              "--output", str(model_dir / "calibration.json"), "--no-progress"], env=kernels_env)
         times["calibrate_s"] = round(time.perf_counter() - t, 1)
     if ("train" in steps and rc == 0) or "calibrate" in steps:  # once, after the last of them; not for a paused run
-        compare_with_installed(model_dir, args.compare_with)
+        compare_with(model_dir, args.compare_with)
     if "install" in steps:
         spec = json.loads((model_dir / "training.json").read_text())["base_model"].get("spec")
         if embedded_base(spec) is None:  # what the loader's default_base() reads: a path would not travel
@@ -649,6 +663,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name} sha256 {sha256_file(DEFAULT_ADAPTER_DIR / name)}")
     times["total_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps({"recipe_times": times}))
+    work.mkdir(parents=True, exist_ok=True)  # an install-only run may not have made it
     (work / "recipe_times.json").write_text(json.dumps(times, indent=1) + "\n")
     return 0
 

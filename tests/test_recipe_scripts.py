@@ -153,7 +153,7 @@ def test_data_mixes_rebuild_the_installed_data_and_v3_adds_its_rows(tmp_path):
     assert sum(str(r.get("category", "")).startswith("scenario:") for r in rows) == 600
 
 
-def test_compare_with_installed_says_matches_only_for_the_same_bytes(tmp_path, capsys):
+def test_compare_with_says_matches_only_for_the_same_bytes(tmp_path, capsys):
     """The recipe's reproduction check: a copy of the installed default matches on data, adapter and
     temperatures; one changed adapter byte or one changed temperature is reported, not hidden."""
     import shutil
@@ -162,7 +162,7 @@ def test_compare_with_installed_says_matches_only_for_the_same_bytes(tmp_path, c
 
     run = tmp_path / "model"
     shutil.copytree(DEFAULT_ADAPTER_DIR, run)
-    lines = train_default.compare_with_installed(run)
+    lines = train_default.compare_with(run)
     assert lines == capsys.readouterr().out.splitlines()
     assert "train.jsonl sha256" in lines[0] and " matches " in lines[0]
     assert "adapter_model.safetensors sha256" in lines[1] and " matches " in lines[1]
@@ -175,7 +175,7 @@ def test_compare_with_installed_says_matches_only_for_the_same_bytes(tmp_path, c
     cal["groups"][group]["temperature"] *= 1.5
     del cal["groups"][sorted(cal["groups"])[-1]]
     (run / "calibration.json").write_text(json.dumps(cal))
-    lines = train_default.compare_with_installed(run)
+    lines = train_default.compare_with(run)
     assert " matches " in lines[0] and "DIFFERS FROM" in lines[1]
     assert "largest relative difference 5.00e-01" in lines[2] and "groups in one only" in lines[2]
     record = json.loads((run / "training.json").read_text())
@@ -185,13 +185,13 @@ def test_compare_with_installed_says_matches_only_for_the_same_bytes(tmp_path, c
                             "native AVX512 (AuthenticAMD AMD EPYC)")):
         (run / "training.json").write_text(json.dumps({**record, "cpu_capability": numerics["cpu_capability"],
                                                        "numerics": numerics}))
-        lines = train_default.compare_with_installed(run)
+        lines = train_default.compare_with(run)
         assert lines[2] == (f"  CPU kernels: this run {said}, the installed adapter's {installed}; float32 results "
                             "depend on them (only --numerics portable is the same on every x86-64 CPU)")
     # records written before numerics were recorded
     assert train_default._kernels({"cpu_capability": "AVX2"}) == "native AVX2"
     assert train_default._kernels({}) == "not recorded"
-    assert train_default.compare_with_installed(tmp_path / "empty") == []
+    assert train_default.compare_with(tmp_path / "empty") == []
 
 
 def test_compare_with_names_a_candidate_folder(tmp_path, capsys):
@@ -204,7 +204,7 @@ def test_compare_with_names_a_candidate_folder(tmp_path, capsys):
     run, candidate = tmp_path / "model", tmp_path / "candidate"
     shutil.copytree(DEFAULT_ADAPTER_DIR, run)
     shutil.copytree(DEFAULT_ADAPTER_DIR, candidate)
-    lines = train_default.compare_with_installed(run, candidate)
+    lines = train_default.compare_with(run, candidate)
     assert lines[1].endswith(f"matches {candidate}'s ({train_default.sha256_file(candidate / 'adapter_model.safetensors')})")
     with pytest.raises(SystemExit) as exit_:
         train_default.main(["--steps", "data", "--work", str(tmp_path / "work"), "--compare-with", str(tmp_path / "none")])
@@ -267,3 +267,43 @@ def test_recipe_trains_and_calibrates_with_portable_numerics_on_pinned_threads(t
     calls.clear()
     train_default.main(["--steps", "train,calibrate", "--work", str(tmp_path / "work"), "--numerics", "native"])
     assert [env for _, env in calls] == [{}, {}] and calls[0][0][calls[0][0].index("--numerics") + 1] == "native"
+
+
+def test_install_from_a_candidate_folder_copies_it_and_pins_its_sha(tmp_path, monkeypatch, capsys):
+    """--steps install --install-from DIR: a committed candidate is installed as it is (its four
+    files copied, its adapter's sha256 pinned in loading.py); other steps with it, a folder missing
+    a file, or the installed folder itself are refused before anything is written."""
+    import shutil
+
+    from noulengine.models.loading import DEFAULT_ADAPTER_DIR
+
+    candidate, target, repo = tmp_path / "candidate", tmp_path / "installed", tmp_path / "repo"
+    shutil.copytree(DEFAULT_ADAPTER_DIR, candidate)
+    blob = bytearray((candidate / "adapter_model.safetensors").read_bytes())
+    blob[-1] ^= 1  # another adapter than the installed one: the pin must change to its sha256
+    (candidate / "adapter_model.safetensors").write_bytes(bytes(blob))
+    (repo / "noulengine" / "models").mkdir(parents=True)
+    loading = repo / "noulengine" / "models" / "loading.py"
+    loading.write_text('x = 1\nDEFAULT_ADAPTER_SHA256 = "' + "0" * 64 + '"\ny = 2\n')
+    monkeypatch.setattr(train_default, "DEFAULT_ADAPTER_DIR", target)
+    monkeypatch.setattr(train_default, "REPO", repo)
+    with pytest.raises(SystemExit) as exc:
+        train_default.main(["--steps", "train,install", "--work", str(tmp_path / "work"), "--install-from",
+                            str(candidate)])
+    assert exc.value.code == 2 and "only with --steps install" in capsys.readouterr().err
+    (tmp_path / "partial").mkdir()
+    shutil.copy2(candidate / "adapter_model.safetensors", tmp_path / "partial")
+    with pytest.raises(SystemExit):
+        train_default.main(["--steps", "install", "--work", str(tmp_path / "work"), "--install-from",
+                            str(tmp_path / "partial")])
+    assert "no adapter_config.json, training.json, calibration.json there" in capsys.readouterr().err
+    assert not target.exists() and "0" * 64 in loading.read_text()
+    assert train_default.main(["--steps", "install", "--work", str(tmp_path / "work"),
+                               "--install-from", str(candidate)]) == 0
+    digest = train_default.sha256_file(candidate / "adapter_model.safetensors")
+    assert loading.read_text() == f'x = 1\nDEFAULT_ADAPTER_SHA256 = "{digest}"\ny = 2\n'
+    for name in train_default.ADAPTER_FILES:
+        assert (target / name).read_bytes() == (candidate / name).read_bytes()
+    with pytest.raises(SystemExit):
+        train_default.main(["--steps", "install", "--work", str(tmp_path / "work"), "--install-from", str(target)])
+    assert "that is the installed default itself" in capsys.readouterr().err
