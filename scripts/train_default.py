@@ -44,8 +44,10 @@ Usage::
     python scripts/train_default.py --steps data       # only rebuild and hash the data
     python scripts/train_default.py --steps data,train,calibrate --mix v3 --work runs/train-v3
                                                        # another data mix (MIXES), not installed
-    python scripts/train_default.py --steps train --epochs 3 --max-updates 2958 --eval-every 250 --stop-after 1000
-    python scripts/train_default.py --steps train,calibrate --epochs 3 --max-updates 2958 --eval-every 250 --resume
+    python scripts/train_default.py --steps data,train --mix v4 --work runs/train-v4 --epochs 3 --max-updates 2958 \
+        --eval-every 250 --stop-after 1000
+    python scripts/train_default.py --steps train,calibrate --mix v4 --work runs/train-v4 --epochs 3 \
+        --max-updates 2958 --eval-every 250 --resume
                                                        # a step budget over several sessions, with a
                                                        # learning curve (work/learning_curve.{json,csv})
 
@@ -132,14 +134,14 @@ MIXES = {
 CONTINUE = {"scenarios": 1600, "replay": 1600, "scenario_selection": 60, "scenario_calibration": 100,
             "lr": "5e-4", "seed_offset": 40}
 # v4's extra rows (issue #33 items 1-2), each drawn with its own seed, so v2 and v3 stay byte-identical.
-# * tools: ToolRL's usable rows give 300 train decisions from 251 source rows (the rest held out for
+# * tools: ToolRL's usable rows give 294 train decisions from 249 source rows (the rest held out for
 #   selection or left out by rule; the data report counts each reason). Each is asked 3 times, once per
 #   name policy (names kept, masked as Hammer masks them, neutral codes), so the same request is seen with
-#   names that carry no meaning: 900 rows, about a fifth of v2, enough to weigh against v2's 800 AG News /
+#   names that carry no meaning: 882 rows, about a fifth of v2, enough to weigh against v2's 800 AG News /
 #   600 WildJailbreak rows without drowning them (the toolace suite is one of seven).
 # * nouls: 1,000 yes/no rows (AG News 400 = 100 per topic, WildJailbreak 300, tools 300): v2 asks about
 #   250 yes/no questions on text (the reworded share), and its P(yes) stays near 0.5 on real questions;
-#   1,000 balanced rows quadruple that while staying under a quarter of the mix.
+#   1,000 balanced rows quadruple that while staying under a sixth of the mix (6,482 rows).
 # * selection (held out from the same pools, disjoint from every training row): one record per held-out
 #   tool decision (40 source rows) and 60 nouls per source, enough for accuracy per kind and a yes/no AUC.
 V4 = {"tool_selection_rows": 40, "tool_variants": 3, "noul": {"agnews": 400, "wildjailbreak": 300, "tool": 300},
@@ -588,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
                  "result with --model <work>/model")
     work = Path(args.work)
     data_dir = resolve_data_dir(args.source)
-    if data_dir is None:
+    if data_dir is None and "data" in steps:  # only the data step reads the raw pools
         raise SystemExit("no raw data root found (set NOULENGINE_DATA or pass --source)")
     model_dir = args.install_from if args.install_from is not None else work / "model"
     times = {}

@@ -271,8 +271,9 @@ def test_recipe_trains_and_calibrates_with_portable_numerics_on_pinned_threads(t
 
 def test_install_from_a_candidate_folder_copies_it_and_pins_its_sha(tmp_path, monkeypatch, capsys):
     """--steps install --install-from DIR: a committed candidate is installed as it is (its four
-    files copied, its adapter's sha256 pinned in loading.py); other steps with it, a folder missing
-    a file, or the installed folder itself are refused before anything is written."""
+    files copied, its adapter's sha256 pinned in loading.py), with no raw data folder needed; other
+    steps with it, a folder missing a file, or the installed folder itself are refused before
+    anything is written."""
     import shutil
 
     from noulengine.models.loading import DEFAULT_ADAPTER_DIR
@@ -287,6 +288,7 @@ def test_install_from_a_candidate_folder_copies_it_and_pins_its_sha(tmp_path, mo
     loading.write_text('x = 1\nDEFAULT_ADAPTER_SHA256 = "' + "0" * 64 + '"\ny = 2\n')
     monkeypatch.setattr(train_default, "DEFAULT_ADAPTER_DIR", target)
     monkeypatch.setattr(train_default, "REPO", repo)
+    monkeypatch.setattr(train_default, "resolve_data_dir", lambda source: None)  # installing reads no raw data
     with pytest.raises(SystemExit) as exc:
         train_default.main(["--steps", "train,install", "--work", str(tmp_path / "work"), "--install-from",
                             str(candidate)])
