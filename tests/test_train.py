@@ -231,6 +231,10 @@ def test_lora_adapter_saves_reloads_bit_identical_and_is_deterministic(tmp_path,
         outs.append(train(cfg, evaluation_index=EvaluationIndex()))
     a, b = (tmp_path / "a" / "adapter_model.safetensors"), (tmp_path / "b" / "adapter_model.safetensors")
     assert a.read_bytes() == b.read_bytes()  # deterministic under --seed
+    # peft writes target_modules in set order (PYTHONHASHSEED-dependent): saved sorted, the same bytes
+    config = (tmp_path / "a" / "adapter_config.json").read_text()
+    assert config == (tmp_path / "b" / "adapter_config.json").read_text()
+    assert json.loads(config)["target_modules"] == sorted(json.loads(config)["target_modules"])
     t = outs[0].training
     assert t["base_model"]["spec"] == str(model_dir.resolve()) and t["method"] == "lora"
     assert set(t["files"]) == {"adapter_config.json", "adapter_model.safetensors"}
@@ -337,3 +341,21 @@ def test_model_names():
     assert is_base_name("gemma-3-270m") and is_base_name("smollm2") and not is_base_name("gemma")
     expected = str(DEFAULT_ADAPTER_DIR) if (DEFAULT_ADAPTER_DIR / "training.json").is_file() else "SmolLM2-135M-Instruct"
     assert default_model_spec() == expected
+
+
+def test_adapter_config_target_modules_are_written_sorted_in_peft_format(tmp_path):
+    """peft's set order of target_modules changes with PYTHONHASHSEED; the saved config does not."""
+    from noulengine.train.methods import _sort_target_modules
+
+    config = tmp_path / "adapter_config.json"
+    data = {"r": 16, "target_modules": ["v_proj", "down_proj", "q_proj"], "alpha_pattern": {}}
+    config.write_text(json.dumps(data, indent=2, sort_keys=True))
+    _sort_target_modules(config)
+    want = {**data, "target_modules": ["down_proj", "q_proj", "v_proj"]}
+    assert config.read_text() == json.dumps(want, indent=2, sort_keys=True)
+    regex = {"r": 4, "target_modules": "^(?:model\\\\.layers\\\\.1\\\\..*)$"}  # a pattern string stays as it is
+    config.write_text(json.dumps(regex, indent=2, sort_keys=True))
+    _sort_target_modules(config)
+    assert json.loads(config.read_text()) == regex
+    _sort_target_modules(tmp_path / "absent.json")  # nothing to sort: no error, nothing written
+    assert not (tmp_path / "absent.json").exists()

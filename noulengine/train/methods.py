@@ -152,6 +152,7 @@ def save_trained(model, tokenizer, output: Path, *, method: str, merge: bool = F
     before = set(p.name for p in output.iterdir())
     if method == "lora" and not merge:
         model.save_pretrained(str(output), safe_serialization=True)
+        _sort_target_modules(output / "adapter_config.json")
     else:
         if method == "lora":
             model = model.merge_and_unload()
@@ -161,6 +162,22 @@ def save_trained(model, tokenizer, output: Path, *, method: str, merge: bool = F
     if "README.md" not in before and card.is_file():
         card.unlink()
     return sorted(set(p.name for p in output.iterdir()) - before)
+
+
+def _sort_target_modules(config: Path) -> None:
+    """Rewrite peft's ``adapter_config.json`` with ``target_modules`` sorted.
+
+    peft keeps a list of target module names as a ``set`` and writes it in the set's iteration
+    order, which for strings changes with ``PYTHONHASHSEED`` (random per process): two runs that
+    train the same adapter bytes would otherwise write configs that differ in bytes (measured on
+    the recipe's reproduction run, session 20). The content is the same set; peft's own format is
+    kept (``json.dumps(..., indent=2, sort_keys=True)``)."""
+    if not config.is_file():
+        return
+    data = json.loads(config.read_text(encoding="utf-8"))
+    if isinstance(data.get("target_modules"), list):
+        data["target_modules"] = sorted(data["target_modules"])
+        config.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
 
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
