@@ -25,7 +25,7 @@ Steps (one command; ``--steps`` runs a subset):
    a third seed (temperatures fitted on ``calibration`` rows; ``selection`` rows only reported),
    written into the model folder as
    ``calibration.json``.
-4. ``install``: copy the adapter, ``training.json`` and ``calibration.json`` (of ``<work>/model``, or
+4. ``install`` (only when named in ``--steps``): copy the adapter, ``training.json`` and ``calibration.json`` (of ``<work>/model``, or
    of ``--install-from DIR``: a committed candidate whose reproduction matched) into
    ``noulengine/models/default_adapter/`` (what ``Engine.from_pretrained()`` loads) and pin the
    adapter's sha256 in ``noulengine/models/loading.py`` (``DEFAULT_ADAPTER_SHA256``).
@@ -40,7 +40,10 @@ x86-64 CPU, where native float32 kernels differ in their last bits from one CPU 
 
 Usage::
 
-    python scripts/train_default.py                    # all steps (CPU: see docs/training.md)
+    python scripts/train_default.py                    # data, train, calibrate (CPU: see docs/training.md)
+    python scripts/train_default.py --steps install    # then install <work>/model as the default
+    python scripts/train_default.py --steps install --install-from DIR
+                                                       # or install a committed model folder as it is
     python scripts/train_default.py --steps data       # only rebuild and hash the data
     python scripts/train_default.py --steps data,train,calibrate --mix v3 --work runs/train-v3
                                                        # another data mix (MIXES), not installed
@@ -155,6 +158,7 @@ TRAIN_ARGS = ["--method", "lora", "--lora-layers", "12", "--lora-r", "16", "--lo
               "--readout", "auto", "--seed", str(SEED), "--name", "noul-smollm2-135m-v2",
               "--flip-rate-rows", "200"]
 PORTABLE_THREADS = 2  # torch threads of a portable run: the recipe's adapter bytes are those of 2 threads
+STEPS = ("data", "train", "calibrate", "install")  # in the order they run
 EMBEDDED_NAMES = ", ".join(b.name for b in EMBEDDED_BASES)  # what the install step accepts as a base
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "training.json", "calibration.json")
 
@@ -524,7 +528,11 @@ def compare_with(model_dir: Path, reference: Path = DEFAULT_ADAPTER_DIR) -> list
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", default="data,train,calibrate,install", help="comma-separated subset of the steps")
+    # install is never implied: an experiment (another mix, base or work folder) must not replace the
+    # shipped default because --steps was left out; it is named once the run is measured.
+    ap.add_argument("--steps", default="data,train,calibrate", help="comma-separated steps of data, train, "
+                    "calibrate, install (default data,train,calibrate: install replaces the shipped default, "
+                    "so it is always named)")
     ap.add_argument("--source", help="raw data root (default: $NOULENGINE_DATA, else ../shared/data)")
     ap.add_argument("--work", default=str(WORK), help="work folder (git-ignored)")
     ap.add_argument("--model", default=None, help="another base (anything `noulengine train --model` takes), for "
@@ -573,6 +581,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--compare-with {args.compare_with}: no adapter_model.safetensors there (a model folder "
                  "written by noulengine train)")
     steps = args.steps.split(",")
+    unknown = [s for s in steps if s not in STEPS]
+    if unknown:  # a misspelt step would otherwise run nothing and exit 0
+        ap.error(f"--steps {args.steps}: unknown step(s) {', '.join(map(repr, unknown))} (steps: {', '.join(STEPS)})")
     if args.install_from is not None:
         if steps != ["install"]:  # train and calibrate write <work>/model: installing another folder after them
             ap.error(f"--install-from {args.install_from}: only with --steps install (the other steps write "
