@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The recipe of the embedded default decision model: SmolLM2-135M-Instruct + a LoRA adapter.
 
-Steps (one command; ``--steps`` runs a subset):
+Steps (``data``, ``train``, ``calibrate`` by default; ``install`` only when named in ``--steps``):
 
 1. ``data``: build the training file from TRAIN-side data only, written to the git-ignored
    ``runs/train-default/data/``:
@@ -25,8 +25,9 @@ Steps (one command; ``--steps`` runs a subset):
    a third seed (temperatures fitted on ``calibration`` rows; ``selection`` rows only reported),
    written into the model folder as
    ``calibration.json``.
-4. ``install`` (only when named in ``--steps``): copy the adapter, ``training.json`` and ``calibration.json`` (of ``<work>/model``, or
-   of ``--install-from DIR``: a committed candidate whose reproduction matched) into
+4. ``install`` (only when named in ``--steps``): copy the adapter, ``training.json`` and
+   ``calibration.json`` (of ``<work>/model``, or of ``--install-from DIR``: a committed candidate
+   whose reproduction matched) into
    ``noulengine/models/default_adapter/`` (what ``Engine.from_pretrained()`` loads) and pin the
    adapter's sha256 in ``noulengine/models/loading.py`` (``DEFAULT_ADAPTER_SHA256``).
 

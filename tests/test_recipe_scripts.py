@@ -39,6 +39,25 @@ def test_install_refuses_another_base(tmp_path, capsys):
     assert (REPO / "noulengine" / "models" / "loading.py").read_bytes() == before
 
 
+def test_install_is_only_run_when_named_and_unknown_steps_are_refused(tmp_path, capsys, monkeypatch):
+    """Leaving out --steps never replaces the shipped default (an experiment's mix, base or work
+    folder would otherwise be installed); a misspelt step is refused instead of running nothing."""
+    ran = []
+    monkeypatch.setattr(train_default, "build_data", lambda *a, **k: ran.append("data") or
+                        {"train": {"sha256": "0" * 64}})
+    monkeypatch.setattr(train_default, "run", lambda cmd, **k: ran.append(cmd[3]) or 0)  # python -m noulengine <step>
+    monkeypatch.setattr(train_default, "learning_curve", lambda *a: None)
+    monkeypatch.setattr(train_default, "compare_with", lambda *a, **k: [])
+    before = (REPO / "noulengine" / "models" / "loading.py").read_bytes()
+    train_default.main(["--work", str(tmp_path / "work"), "--source", str(tmp_path)])
+    assert ran == ["data", "train", "calibrate"]
+    assert (REPO / "noulengine" / "models" / "loading.py").read_bytes() == before
+    with pytest.raises(SystemExit) as exc:
+        train_default.main(["--steps", "data,instal", "--work", str(tmp_path / "work")])
+    assert exc.value.code == 2 and "unknown step(s) 'instal'" in capsys.readouterr().err
+    assert ran == ["data", "train", "calibrate"]  # refused before anything ran
+
+
 def test_install_refuses_a_model_whose_base_is_a_path(tmp_path):
     """An adapter whose training.json names its base by a path would not load on another machine."""
     before = (REPO / "noulengine" / "models" / "loading.py").read_bytes()
@@ -186,8 +205,12 @@ def test_compare_with_says_matches_only_for_the_same_bytes(tmp_path, capsys):
         (run / "training.json").write_text(json.dumps({**record, "cpu_capability": numerics["cpu_capability"],
                                                        "numerics": numerics}))
         lines = train_default.compare_with(run)
-        assert lines[2] == (f"  CPU kernels: this run {said}, the installed adapter's {installed}; float32 results "
-                            "depend on them (only --numerics portable is the same on every x86-64 CPU)")
+        if said == installed:  # the same kernels explain nothing: no line
+            assert not any("CPU kernels" in line for line in lines)
+        else:
+            assert lines[2] == (f"  CPU kernels: this run {said}, the installed adapter's {installed}; float32 "
+                                "results depend on them (only --numerics portable is the same on every x86-64 CPU)")
+    assert installed == "portable"  # the shipped adapter is the portable run, so both branches ran
     # records written before numerics were recorded
     assert train_default._kernels({"cpu_capability": "AVX2"}) == "native AVX2"
     assert train_default._kernels({}) == "not recorded"

@@ -160,7 +160,7 @@ CALIBRATION_FILE = "calibration.json"
 DEFAULT_ADAPTER_DIR = Path(__file__).resolve().parent / "default_adapter"
 # Pin of the embedded default decision model's LoRA adapter, trained by `python
 # scripts/train_default.py` (docs/training.md); its base is pinned in noulengine.models.embedded.
-DEFAULT_ADAPTER_SHA256 = "ff32db6e6ede8221b44868263aac2b442e9cc54b4bfc325452796dc4bcde772f"
+DEFAULT_ADAPTER_SHA256 = "9fda59c2234c4c22f9a095f751662fe0cb6eb7c58517af9477826628474396dc"
 # The name that reaches the untrained base of the default decision model (embedded base names
 # from noulengine.models.embedded reach their own untrained base).
 BASE_ALIAS = "base"
@@ -264,7 +264,8 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, dtype=None, dev
         have = sha256_file(path / "adapter_model.safetensors")
         if have != DEFAULT_ADAPTER_SHA256:
             raise ModelNotFoundError(f"{path / 'adapter_model.safetensors'} has sha256 {have}, not the pinned "
-                                     f"{DEFAULT_ADAPTER_SHA256}; reinstall noulengine or rerun scripts/train_default.py")
+                                     f"{DEFAULT_ADAPTER_SHA256}; reinstall noulengine, or rerun scripts/train_default.py "
+                                     "and install its run with --steps install")
     if training is not None and (path / ADAPTER_CONFIG).is_file():
         return _load_adapter(path, training, dtype=dtype, device=device, attn_implementation=attn_implementation)
     directory, identity = resolve_model(name_or_path)
