@@ -1,4 +1,4 @@
-"""The ``noulengine`` command line: ``decide``, ``eval``, ``score``, ``calibrate``, ``serve``, ``bench``.
+"""The ``noulengine`` command line: ``decide``, ``eval``, ``score``, ``compare``, ``calibrate``, ``serve``, ``bench``.
 
 Engine flags are generated from :class:`noulengine.engine.engine.EngineConfig`, so the CLI, the
 server and the Python API share one set of defaults.
@@ -399,6 +399,7 @@ def _delegate(module: str, name: str):
 SUBCOMMANDS = {  # verbs whose parsers live with their modules
     "eval": ("noulengine.eval.__main__", "evaluate a model on benchmark suites"),
     "score": ("noulengine.eval.score", "score predictions from any system against a suite"),
+    "compare": ("noulengine.eval.compare", "compare runs on the same records, with paired bootstrap intervals"),
     "calibrate": ("noulengine.calibrate.__main__", "fit temperatures on a validation file"),
     "serve": ("noulengine.serve.__main__", "run the HTTP service"),
     "bench": ("noulengine.bench.cli", "measure speed against naive baselines"),

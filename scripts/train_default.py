@@ -603,7 +603,11 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work)
     data_dir = resolve_data_dir(args.source)
     if data_dir is None and "data" in steps:  # only the data step reads the raw pools
-        raise SystemExit("no raw data root found (set NOULENGINE_DATA or pass --source)")
+        from noulengine.eval.suites.paths import explicit_data_error
+
+        print(f"error: {explicit_data_error(args.source) or 'no raw data root found (set NOULENGINE_DATA or pass --source)'}",
+              file=sys.stderr)
+        raise SystemExit(2)
     model_dir = args.install_from if args.install_from is not None else work / "model"
     times = {}
     t0 = time.perf_counter()

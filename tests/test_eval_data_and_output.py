@@ -1,8 +1,8 @@
 """What a new user trips on in ``noulengine eval`` (issue #34, items 1, 5, 8, 12 and 16): the
 data is looked for before the model loads and a run without any exits 2 naming what goes where;
 a partial set runs and says so; two runs of different settings never share the default folder;
-the progress bar moves per forward pass with tokens/s; the busy-CPU hint is repeated under the
-summary; a killed invocation's wall time runs to its kill or its last heartbeat."""
+the progress bar moves per forward pass with tokens/s; the busy-CPU hint is printed once, at the start
+(issue #46 item 6: repeating it at the end repeated a stale load), and kept in run.json and report.md; a killed invocation's wall time runs to its kill or its last heartbeat."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_no_data_exits_2_before_the_model_loads_naming_what_goes_where(benchmark
     monkeypatch.setattr(cli, "engine_from_args", _no_model)
     assert main(["--suite", "accuracy-v1", "--sample", "20", "--no-plots", "--output", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
-    assert f"{empty} (searched)" in err and "shared/data (" in err  # every folder tried
+    assert f"{empty} (searched)" in err and "shared/data (" not in err  # the explicit folder only (#46 item 4)
     assert "NOULENGINE_DATA" in err and "--source" in err
     for name, expected in [("agnews", "DATA/agnews/test.csv"), ("jevbench_hard", "DATA/jevbench/hard.jsonl"),
                            ("wildjailbreak", "DATA/wildjailbreak/raw/wildjailbreak_adv_benign_eval.jsonl, DATA/wildjailbreak/raw/wildjailbreak_eval.jsonl"),
@@ -71,7 +71,7 @@ def test_no_data_exits_2_before_the_model_loads_naming_what_goes_where(benchmark
     assert not (tmp_path / "r").exists()
     # an explicit --source that does not exist is named too
     assert main(["--tasks", "agnews", "--no-plots", "--source", str(tmp_path / "nowhere")]) == 2
-    assert f"{tmp_path / 'nowhere'} (missing)" in capsys.readouterr().err
+    assert f"--source {tmp_path / 'nowhere'}: the folder" in capsys.readouterr().err
 
 
 @needs_jevbench
@@ -165,7 +165,7 @@ def test_the_bar_moves_per_forward_pass_with_tokens_per_second(tiny_llama, tiny_
 
 
 @needs_jevbench
-def test_eval_repeats_the_busy_cpu_hint_under_its_summary(benchmarks, jev_only, tmp_path, tiny_llama, tiny_tokenizer,
+def test_eval_prints_the_busy_cpu_hint_once_and_keeps_it(benchmarks, jev_only, tmp_path, tiny_llama, tiny_tokenizer,
                                                           monkeypatch, capsys):
     from noulengine import cli, threads
     from noulengine.eval.__main__ import main
@@ -184,8 +184,11 @@ def test_eval_repeats_the_busy_cpu_hint_under_its_summary(benchmarks, jev_only, 
     finally:
         torch.set_num_threads(before)  # torch's threads back to what the other tests expect
     err = capsys.readouterr().err
-    assert err.count("NOULENGINE_THREADS=1") == 2  # at the start, and last, under the timings
-    assert err.rstrip().splitlines()[-1].startswith("note: the CPU is busy")
+    assert err.count("NOULENGINE_THREADS=1") == 1  # once, read at the start (the run's own threads load it later)
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["cpu_busy_at_start"].startswith("note: the CPU is busy")
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "The CPU was already busy when this invocation started: the CPU is busy" in report
+    assert report.lower().count("licence") == 1  # the Status line only, not again as a note (#46 item 7)
 
 
 def test_the_heartbeat_keeps_a_killed_invocations_wall_time(tmp_path):

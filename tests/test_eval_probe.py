@@ -241,30 +241,26 @@ def test_the_probe_is_compared_in_every_run_key_old_or_new():
 
 
 @needs_data
-def test_same_rows_compares_models_on_the_rows_all_answered(slot_engine, content_engine, tmp_path):
-    """scripts/same_rows.py: two models' predictions, one run partial, are cut to the rows both
-    answered and scored there by `noulengine score`'s path, with each model's reversal change share
-    (the slot engine answers by position: every reversal changes it; the content engine: none)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import same_rows
-
+def test_compare_scores_models_on_the_rows_all_answered_with_their_reversal(slot_engine, content_engine, tmp_path):
+    """`noulengine compare` (which replaced scripts/same_rows.py): two models' eval runs, one partial,
+    are compared on the rows both answered, scored by `noulengine score`'s scorer, with each
+    model's reversal change share (the slot engine answers by position: every reversal changes it;
+    the content engine: none)."""
+    from noulengine.eval.compare import CompareError, compare_runs, load_run, parse_run
     from noulengine.eval.runner import EvalConfig, run_eval
     from noulengine.eval.score import score_file
 
-    files = {}
     for name, engine, limit in (("slot", slot_engine, 4), ("content", content_engine, 3)):
         cfg = EvalConfig(tasks=["agnews"], limit=limit, output=str(tmp_path / name), progress=False, plots=False,
                          probe="reverse")
         run_eval(engine, cfg)
-        files[name] = [str(tmp_path / name / "predictions.jsonl")]
-    res = same_rows.compare("agnews", files, tmp_path / "cut")
-    assert res["rows"] == {"agnews": 3}  # the slot run's fourth row has no partner
-    slot, content = res["models"]["slot"]["agnews"], res["models"]["content"]["agnews"]
-    assert slot["order_probe"]["items"] == 3 and slot["order_probe"]["change_share"] == 1.0
-    assert content["order_probe"]["change_share"] == 0.0
-    assert slot["rows_scored"] == content["rows_scored"] == 3
-    assert slot["accuracy"] == score_file("agnews", tmp_path / "cut" / "slot.jsonl")["accuracy"]
-    with pytest.raises(ValueError, match="predicted twice"):
-        same_rows.read_predictions(files["slot"] * 2)
+    runs = [load_run(*parse_run(str(tmp_path / n))) for n in ("slot", "content")]
+    res = compare_runs(runs, n_resamples=500)
+    e = res["suites"]["agnews"]
+    assert e["records"] == 3 and e["rows_per_run"] == {"slot": 4, "content": 3}  # the fourth row has no partner
+    assert e["runs"]["slot"]["reversal_change_share"] == 1.0 and e["runs"]["content"]["reversal_change_share"] == 0.0
+    cut = tmp_path / "slot3.jsonl"
+    cut.write_text("".join((tmp_path / "slot" / "predictions.jsonl").read_text().splitlines(keepends=True)[:3]))
+    assert e["runs"]["slot"]["accuracy"] == score_file("agnews", cut)["accuracy"]
+    with pytest.raises(CompareError, match="predicted twice"):
+        load_run("twice", [tmp_path / "slot" / "predictions.jsonl"] * 2)

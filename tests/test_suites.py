@@ -172,6 +172,27 @@ def test_data_resolution(tmp_path, monkeypatch):
     assert resolve_data_dir(tmp_path / "missing") is None  # and is never silently replaced
 
 
+def test_a_missing_noulengine_data_is_never_replaced_by_shared_data(tmp_path, monkeypatch, capsys):
+    """Issue #46 item 4: NOULENGINE_DATA naming no folder was silently replaced by ../shared/data."""
+    from noulengine.eval.__main__ import main as eval_main
+    from noulengine.eval.score import main as score_main
+    from noulengine.eval.suites.paths import explicit_data_error
+
+    missing = tmp_path / "no-such-data"
+    monkeypatch.setenv("NOULENGINE_DATA", str(missing))
+    assert resolve_data_dir() is None
+    assert f"NOULENGINE_DATA={missing}" in explicit_data_error(None)
+    assert explicit_data_error(tmp_path) is None  # an existing --source is used as given
+    assert eval_main(["--suite", "agnews", "--limit", "1", "--output", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: NOULENGINE_DATA={missing}: the folder") and "does not exist" in err[0]
+    assert not (tmp_path / "run").exists()  # refused before the model loads or a folder is made
+    assert score_main(["--suite", "agnews", "--predictions", str(tmp_path / "p.jsonl")]) == 2
+    assert "NOULENGINE_DATA=" in capsys.readouterr().err
+    monkeypatch.delenv("NOULENGINE_DATA")
+    assert explicit_data_error(None) is None
+
+
 # -- determinism -------------------------------------------------------------------------------
 
 @needs_data

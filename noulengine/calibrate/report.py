@@ -18,8 +18,13 @@ def summary_text(data: dict) -> str:
              "temperatures:"]
     for g, gf in data["groups"].items():
         fit = gf.get("fit")
-        how = (f"fitted on {gf['n_rows']} rows, converged={fit['converged']}, hit_bound={fit['hit_bound']}"
-               if fit else f"{gf['n_rows']} rows, falls back to {gf['source']}")
+        if fit:
+            how = f"fitted on {gf['n_rows']} rows, converged={fit['converged']}, hit_bound={fit['hit_bound']}"
+        else:  # too few rows of its own: a parent group's temperature, which may be fitted on the same rows
+            src_rows = (data["groups"].get(gf["source"]) or {}).get("n_rows")
+            how = (f"{gf['n_rows']} rows, under min_rows: group {gf['source']}'s temperature"
+                   + (", fitted on these same rows" if src_rows == gf["n_rows"] else
+                      f", fitted on {src_rows} rows" if src_rows is not None else ""))
         lines.append(f"  {g:<16} T = {gf['temperature']:.4f}  ({how})")
     for role in ("calibration", "selection"):
         m = (data.get("metrics") or {}).get(role)
@@ -34,7 +39,8 @@ def summary_text(data: dict) -> str:
                          f"{_fmt(a['brier'])}  {_fmt(b['ece'])} -> {_fmt(a['ece'])}  {_fmt(b['accuracy'])} -> "
                          f"{_fmt(a['accuracy'])}")
     lines.append(f"argmax changed by calibration: {data.get('argmax_changed')}")
-    lines.append(f"selection NLL worse: {data.get('selection_nll_worse')}")
+    if not data.get("selection_nll_worse"):  # when worse, its warning below says so, once
+        lines.append("selection NLL worse: False")
     for w in data.get("warnings", []):
         lines.append(f"warning: {w}")
     return "\n".join(lines)

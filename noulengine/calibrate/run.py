@@ -91,8 +91,10 @@ def run_calibration(engine, vset: ValidationSet, *, group_by: str = "type+option
         if gf.fit is not None:
             warnings.extend(f"group {g!r}: {w}" for w in gf.fit.warnings)
         if gf.source != g:
+            src_rows = fits[gf.source].n_rows if gf.source in fits else None
+            same = " (fitted on these same rows)" if src_rows == gf.n_rows else ""
             warnings.append(f"group {g!r} has {gf.n_rows} calibration rows (< min_rows={min_rows}); "
-                            f"uses {gf.source!r}'s temperature {gf.temperature:.4g}")
+                            f"uses the temperature of group {gf.source!r}, {gf.temperature:.4g}{same}")
     if cal_err or sel_err:
         warnings.append(f"the engine refused {len(cal_err)} calibration and {len(sel_err)} selection request(s); "
                         "they are excluded")
@@ -131,8 +133,9 @@ def run_calibration(engine, vset: ValidationSet, *, group_by: str = "type+option
         sel = data["metrics"]["selection"]["all"]
         worse = not (sel["after"]["nll"] <= sel["before"]["nll"]) or not math.isfinite(sel["after"]["nll"])
         if worse:
-            warnings.append(f"SELECTION NLL GOT WORSE after calibration: {sel['before']['nll']:.4f} -> "
-                            f"{sel['after']['nll']:.4f} nats; do not use these temperatures without checking")
+            warnings.append(f"selection NLL got worse after calibration ({sel['before']['nll']:.4f} -> "
+                            f"{sel['after']['nll']:.4f} nats): the file is flagged (selection_nll_worse: true); "
+                            "check the data before using these temperatures")
     else:
         warnings.append("no selection rows: the temperatures were not checked on held-out rows")
     data["selection_nll_worse"] = worse

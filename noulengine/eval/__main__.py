@@ -78,7 +78,12 @@ def _check_data(names: list[str], source, *, named: bool) -> tuple[int | None, l
         stderr here, at the top of the run.
     """
     from noulengine.eval.suites.discovery import check_data, no_data_message, partial_data_note
+    from noulengine.eval.suites.paths import explicit_data_error
 
+    explicit = explicit_data_error(source)  # --source DIR or NOULENGINE_DATA=DIR naming no folder
+    if explicit:
+        print(f"error: {explicit}", file=sys.stderr)
+        return 2, []
     check = check_data(names, source)
     if not check.missing:
         return None, []
@@ -132,6 +137,12 @@ def summary_text(metrics: dict, meta: dict) -> str:
     elif tot.get("invocations", 0) > 1:
         lines.append(f"all {tot['invocations']} invocations: {tot['requests']} requests in "
                      f"{tot['inference_seconds']:.1f} s of inference")
+    for name, m in metrics.items():  # a constant answer hides behind an accuracy near the majority class
+        for c in ((m.get("metrics") or {}).get("answer_concentration") or []):
+            if c["constant"]:
+                lines.append(f"constant answer: {name}: {c['field']} = {c['answer_label']!r} on "
+                             f"{100 * c['answer_share']:.0f}% of {c['n']} (gold's most common: "
+                             f"{100 * c['gold_share']:.0f}%)")
     if n_warn:
         lines.append(f"{n_warn} warning(s): see report.md")
     return "\n".join(lines)
@@ -270,7 +281,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             **({"ray": {"address": ray_config.address, "actors": ray_config.actors, "cpus_per_actor": ray_config.num_cpus,
                         "gpus_per_actor": ray_config.num_gpus, "batch_size": ray_config.batch_size}}
                if ray_config is not None else {}),
-            "model_load_s": load_s, "command": f"{prog} " + " ".join(args.argv)}
+            "model_load_s": load_s, "command": f"{prog} " + " ".join(args.argv),
+            **({"cpu_busy_at_start": busy} if busy else {})}
     # run.json records this invocation now and after every batch: a kill keeps its timing
     log = InvocationLog(out / "run.json", meta, {"started": started, "git_revision": revision, "model_load_s": load_s,
                                                  "threads": threads.get("threads")})
@@ -301,9 +313,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     meta["throughput"] = throughput(results)
     meta["invocations"] = log.finish(results)
     meta["totals"] = invocation_totals(meta["invocations"])
-    status = _finish(results, out, meta)
-    if busy:
-        print(busy, file=sys.stderr)  # beside the timings it explains
+    status = _finish(results, out, meta)  # the busy-CPU note was printed once, at the start; run.json keeps it
     if missing_named:
         print(f"error: --tasks named {', '.join(missing_named)}, which had no data (reported as unavailable); "
               "the other suites ran", file=sys.stderr)

@@ -179,7 +179,8 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
         lines += ["", f"## {r.name}", "", f"Status: {r.status}. Licence: {r.licence.rstrip('.')}."]
         if r.status != "ready" and r.reason:
             lines.append(f"Reason: {r.reason}")
-        lines += [f"- {n}" for n in r.notes]
+        # the licence is on the Status line: the suite's own "licence: ..." note would say it twice
+        lines += [f"- {n}" for n in r.notes if not n.startswith("licence: ")]
         m = r.metrics
         if not m:
             continue
@@ -206,6 +207,13 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
                 lines.append(f"| {key} | {s['counts']['decisions']} | {_fmt(s['accuracy'], True)} | {_fmt(s['nll'])} | "
                              f"{_fmt(s['ece'])} |" + (f" {_fmt(sref.get('accuracy'), True)} | {_fmt(sref.get('ece'))} |"
                                                       if ref else ""))
+        conc = m.get("answer_concentration") or []
+        if conc:  # per field: does the model answer with the evidence, or one label whatever it says?
+            lines += ["", "| field | decisions | most common answer | its share | gold's most common | its share | "
+                          "constant |", "|---|---:|---|---:|---|---:|---|"]
+            lines += [f"| {c['field']} | {c['n']} | {c['answer_label']} | {_fmt(c['answer_share'], True)} | "
+                      f"{c['gold_label']} | {_fmt(c['gold_share'], True)} | {'**yes**' if c['constant'] else ''} |"
+                      for c in conc]
         slots = m.get("slots") or []
         if slots:
             names = r.slot_labels or {}
@@ -213,6 +221,8 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
             lines += [f"| {s['slot']} | {names.get(s['slot'], '(varies by row)')} | {_fmt(s['predicted_share'], True)} | "
                       f"{_fmt(s['gold_share'], True)} | {', '.join(s['flags']) or ''} |" for s in slots]
     lines += ["", "## Throughput", ""]
+    if meta.get("cpu_busy_at_start"):  # read when the run started (its own threads would fill the load later)
+        lines += [f"The CPU was already busy when this invocation started: {meta['cpu_busy_at_start'][6:]}.", ""]
     for inv in meta.get("invocations") or [{"throughput": meta["throughput"]}]:
         t = inv["throughput"]
         when = f"{inv['started']} (git `{inv.get('git_revision') or 'unknown'}`): " if inv.get("started") else ""

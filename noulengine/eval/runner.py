@@ -95,9 +95,14 @@ class TaskResult:
     slot_labels: dict[int, str] = field(default_factory=dict)  # slot -> label, where every question agrees
 
 
-def read_predictions(path: Path) -> dict[tuple[str, int], dict]:
+def read_predictions(path: Path, *, repair: bool = True) -> dict[tuple[str, int], dict]:
     """Existing predictions keyed by ``(suite, row)``; a torn last line (a killed run) is dropped
-    and the file is rewritten without it, so appending resumes cleanly."""
+    and, with ``repair`` (a run about to append), the file is rewritten without it, so appending
+    resumes cleanly; readers that only score (``noulengine compare``) pass ``repair=False``.
+
+    Raises:
+        ValueError: a line other than the last is not valid JSON (a corrupt file).
+    """
     done: dict[tuple[str, int], dict] = {}
     if not path.is_file():
         return done
@@ -114,7 +119,7 @@ def read_predictions(path: Path) -> dict[tuple[str, int], dict]:
             break
         done[(row["suite"], int(row["row"]))] = row
         good.append(line)
-    if len(good) != len(lines):
+    if repair and len(good) != len(lines):
         path.write_text("".join(good), encoding="utf-8")
     return done
 

@@ -36,6 +36,10 @@ Report keys (every metric in float64, ``None`` where no decision qualifies, neve
   hard-labelled ``noul`` decisions: how far P(yes) separates gold-yes from gold-no answers (ROC
   AUC, :func:`~noulengine.metrics.functional.binary_auc`; 0.5 = P(yes) carries no information
   whatever the accuracy) and the median P(yes) of each side; ``None`` where a side is empty.
+* ``answer_concentration``: per field, the label the model answers most often and its share beside
+  the gold's most common label and its share; ``constant`` marks a field answered with one label
+  on at least 95% of its (20 or more) decisions where the gold's most common label covers under
+  80% (:func:`answer_concentration`); each such field adds a sentence to ``warnings``.
 * ``distribution``: ``{"n", "kl", "brier_vs_distribution", "tvd", "status"}`` over scored
   decisions with a gold distribution; ``status`` is ``"unavailable"`` (values ``None``) when none.
 * ``slots``: predicted vs gold share per candidate slot (see :mod:`noulengine.metrics.slots`).
@@ -93,6 +97,7 @@ class Decision:
     metadata: tuple[tuple[str, str | None], ...] = ()  # the record's metadata_slices values
     protocol: Protocol | None = None  # the suite's own scoring rules (record.metadata["protocol"])
     rule: FieldRule | None = None  # this question's rules under that protocol
+    labels: tuple[str, ...] = ()  # the question's candidate labels, in order (constant-answer report)
 
     @property
     def scored(self) -> bool:
@@ -214,7 +219,7 @@ class Scorer:
                 row=row, field=fld, type=q.type, category=record.category,
                 suite=str(suite) if suite is not None else None, num_candidates=q.num_candidates,
                 gold=gold, gold_distribution=dist, probs=probs, error=error, metadata=sliced,
-                protocol=protocol, rule=rule,
+                protocol=protocol, rule=rule, labels=tuple(q.labels),
             ))
 
     def reliability_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -327,6 +332,8 @@ def summarize(decisions: Sequence[Decision], *, n_bins: int = N_BINS) -> dict:
         out["ordinal"].update(mae=_f(F.ordinal_mae(p, y)), rps=_f(F.rps(p, y, lv)))
 
     out["noul"] = noul_separation([d for d in hard_scored if d.type == "noul"])
+    out["answer_concentration"] = answer_concentration(hard_scored)
+    out["warnings"] += constant_answer_warnings(out["answer_concentration"])
 
     soft_scored = [d for d in soft if d.scored]
     dist = {"n": len(soft_scored), "kl": None, "brier_vs_distribution": None, "tvd": None,
@@ -354,6 +361,62 @@ def noul_separation(nouls: Sequence[Decision]) -> dict:
         out["yes_auc"] = _f(F.binary_auc(torch.tensor([d.probs[1] for d in nouls], dtype=torch.float64),
                                          torch.tensor([d.gold == 1 for d in nouls])))
     return out
+
+
+# A field answered with one label on at least this share of its decisions, where the gold's most
+# common label covers under GOLD_SHARE_MAX, is a *constant answer*: the model ignores the evidence
+# for that field (issue #45 found v5 answering needs_human "no" on all 100 sampled rows by hand).
+CONSTANT_SHARE_MIN = 0.95
+GOLD_SHARE_MAX = 0.80
+CONSTANT_MIN_DECISIONS = 20  # fewer decisions than this: the shares are reported, never flagged
+
+
+def answer_concentration(decisions: Sequence[Decision]) -> list[dict]:
+    """Per field, how concentrated the model's answers are beside the gold's.
+
+    Args:
+        decisions: scored hard-labelled decisions (``probs`` and ``gold`` set).
+
+    Returns:
+        One dict per field name, in order of first appearance: ``field``, ``n`` (decisions),
+        ``answer_label`` and ``answer_share`` (the label the model picked most often, by label text,
+        and the share of decisions picking it), ``gold_label`` and ``gold_share`` (the same for the
+        gold labels), ``constant`` (True when ``answer_share >= CONSTANT_SHARE_MIN``, ``gold_share <
+        GOLD_SHARE_MAX`` and ``n >= CONSTANT_MIN_DECISIONS``). Labels are compared as text, so a
+        field whose options differ from record to record (tool names) is concentrated only when the
+        same label text wins; ties go to the label seen first.
+    """
+    groups: dict[str, list[Decision]] = {}
+    for d in decisions:
+        if d.scored and d.gold is not None:
+            groups.setdefault(d.field, []).append(d)
+    out = []
+    for fld, ds in groups.items():
+        def top(names: list[str]) -> tuple[str, float]:
+            counts: dict[str, int] = {}
+            for name in names:
+                counts[name] = counts.get(name, 0) + 1
+            label = max(counts, key=counts.get)  # dicts keep insertion order: ties go to the first seen
+            return label, counts[label] / len(names)
+
+        def text(d: Decision, k: int) -> str:
+            return d.labels[k] if d.labels else str(k)
+
+        answer, a_share = top([text(d, d.predicted) for d in ds])
+        gold, g_share = top([text(d, d.gold) for d in ds])
+        out.append({"field": fld, "n": len(ds), "answer_label": answer, "answer_share": a_share,
+                    "gold_label": gold, "gold_share": g_share,
+                    "constant": len(ds) >= CONSTANT_MIN_DECISIONS and a_share >= CONSTANT_SHARE_MIN
+                    and g_share < GOLD_SHARE_MAX})
+    return out
+
+
+def constant_answer_warnings(concentration: Sequence[dict]) -> list[str]:
+    """One plain sentence per field :func:`answer_concentration` marks ``constant``."""
+    return [f"field {c['field']!r} is answered {c['answer_label']!r} on {100 * c['answer_share']:.1f}% of its "
+            f"{c['n']} decisions, where the gold's most common label ({c['gold_label']!r}) covers "
+            f"{100 * c['gold_share']:.1f}%: a constant answer that ignores the evidence"
+            for c in concentration if c["constant"]]
 
 
 def baselines(hard: Sequence[Decision]) -> dict:

@@ -21,28 +21,39 @@ def benchmarks_root() -> Path:
 
 
 def data_candidates(source: str | Path | None = None) -> list[Path]:
-    """The data folders tried, in order: ``source``, ``$NOULENGINE_DATA``, ``<repo>/../shared/data``."""
-    out: list[Path] = []
+    """The data folders tried, in order. An explicit setting is the only one tried: ``source``
+    (``--source``) if given, else ``$NOULENGINE_DATA`` if set; only with neither is
+    ``<repo>/../shared/data`` (the layout of a clone beside the shared folder) tried."""
     if source is not None:
-        out.append(Path(source))
+        return [Path(source)]
     env = os.environ.get(DATA_ENV)
     if env:
-        out.append(Path(env))
-    out.append(repo_root().parent / "shared" / "data")
-    return out
+        return [Path(env)]
+    return [repo_root().parent / "shared" / "data"]
 
 
 def resolve_data_dir(source: str | Path | None = None) -> Path | None:
-    """The raw data root, or None when no candidate exists.
+    """The raw data root, or None when the folder to use does not exist.
 
-    An explicit ``source`` (the ``--source`` option) wins and is never silently replaced: if it is
-    given but missing, None is returned. Otherwise ``$NOULENGINE_DATA``, then ``<repo>/../shared/data``
-    (the layout of a clone beside the shared folder).
+    An explicit setting, ``source`` (the ``--source`` option) or else ``$NOULENGINE_DATA``, is
+    never silently replaced: a missing one gives None (see :func:`explicit_data_error`), never
+    ``<repo>/../shared/data``.
     """
+    (p,) = data_candidates(source)
+    return p if p.is_dir() else None
+
+
+def explicit_data_error(source: str | Path | None = None) -> str | None:
+    """The one-line error for an explicit data folder that does not exist (``--source DIR`` or
+    ``NOULENGINE_DATA=DIR``), naming the setting and the folder; None when there is none or it exists."""
     if source is not None:
-        p = Path(source)
-        return p if p.is_dir() else None
-    for p in data_candidates():
-        if p.is_dir():
-            return p
-    return None
+        p, what = Path(source), f"--source {source}"
+    elif os.environ.get(DATA_ENV):
+        p, what = Path(os.environ[DATA_ENV]), f"{DATA_ENV}={os.environ[DATA_ENV]}"
+    else:
+        return None
+    if p.is_dir():
+        return None
+    kind = "is not a folder" if p.exists() else "does not exist"
+    return (f"{what}: the folder {p.resolve()} {kind}; an explicit data folder is never replaced by another "
+            f"(unset it to use {repo_root().parent / 'shared' / 'data'})")
