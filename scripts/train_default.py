@@ -8,11 +8,11 @@ Steps (``data``, ``train``, ``calibrate`` by default; ``install`` only when name
    * AG News train (``shared/data/agnews_train``), stratified by topic, minus every
      validation-v1 row, minus the 116 train rows SOURCE.md lists as near-duplicates of test rows;
      part asked in the suite's own wording, part re-asked with renamed labels, paraphrased
-     descriptions, distractor options or as a yes/no statement (:mod:`noulengine.train.reworded`);
+     descriptions, distractor options or as a yes/no statement (:mod:`noulengine.curricula.reworded`);
    * WildJailbreak train (``shared/data/wildjailbreak_train``): vanilla-benign prompts (benign),
      adversarial-harmful and vanilla-harmful prompts (harmful), minus every validation-v1 row,
      split the same way between suite wording and reworded questions;
-   * the procedural curriculum (:mod:`noulengine.train.procedural`): 13 task kinds, levels 0-4,
+   * the procedural curriculum (:mod:`noulengine.curricula.procedural`): 13 task kinds, levels 0-4,
      choice / score / noul questions with rule-computed labels (exact posteriors as soft targets),
      option names drawn from varied vocabularies, 2-12 options.
    The selection file holds validation-v1 ``selection`` rows (AG News, WildJailbreak) and
@@ -55,8 +55,8 @@ Usage::
                                                        # a step budget over several sessions, with a
                                                        # learning curve (work/learning_curve.{json,csv})
 
-Mix ``v4`` (issue #33) is v2 plus ToolRL tool-selection rows (:mod:`noulengine.train.toolrl`) and
-yes/no questions from the train pools' labels (:mod:`noulengine.train.nouls`), with held-out
+Mix ``v4`` (issue #33) is v2 plus ToolRL tool-selection rows (:mod:`noulengine.curricula.toolrl`) and
+yes/no questions from the train pools' labels (:mod:`noulengine.curricula.nouls`), with held-out
 ``tool`` and ``noul`` selection rows appended after v2's (``kind`` names each row's kind); its
 ``data.json`` adds ``toolrl`` (every left-out ToolRL row counted by reason, the rows dropped as
 overlapping the toolace suite named) and ``selection.kinds``.
@@ -89,30 +89,31 @@ import make_validation as mv  # noqa: E402  (the train-side pool readers validat
 
 from noulengine.eval.suites import get_suite, resolve_data_dir  # noqa: E402
 from noulengine.eval.suites.hashing import short_id, write_jsonl  # noqa: E402
+from noulengine.curricula import nouls, procedural, scenarios, toolrl  # noqa: E402
+from noulengine.curricula.reworded import frame_prompt, reword_safety, reword_topic  # noqa: E402
 from noulengine.models.embedded import EMBEDDED_BASES, embedded_base  # noqa: E402
 from noulengine.models.loading import DEFAULT_ADAPTER_DIR, sha256_file  # noqa: E402
-from noulengine.train import nouls, numerics, procedural, scenarios, toolrl  # noqa: E402
+from noulengine.train import numerics  # noqa: E402
 from noulengine.train.checkpoint import EXIT_RESUMABLE  # noqa: E402
-from noulengine.train.reworded import frame_prompt, reword_safety, reword_topic  # noqa: E402
 
 WORK = REPO / "runs" / "train-default"
 SEED = 20261201
 # Rows per source (chosen to fit the CPU budget; see docs/training.md). Each AG News / WildJailbreak
 # row is asked either in its suite's own wording or re-asked with renamed, paraphrased options and
-# distractors (noulengine.train.reworded), so the topic is learnt by reading the options.
+# distractors (noulengine.curricula.reworded), so the topic is learnt by reading the options.
 AGNEWS_PER_TOPIC = {"suite": 250, "reworded": 200}
 WJB = {"suite": {"benign": 150, "adversarial_harmful": 100, "vanilla_harmful": 50},
        "reworded": {"benign": 150, "adversarial_harmful": 100, "vanilla_harmful": 50}}
-PROCEDURAL_ROWS = 2200  # the procedural curriculum (noulengine.train.procedural), all 13 tasks, levels 0-4
+PROCEDURAL_ROWS = 2200  # the procedural curriculum (noulengine.curricula.procedural), all 13 tasks, levels 0-4
 PROCEDURAL_SEED = SEED  # procedural-v1 (the pinned suite) uses other seeds: see benchmarks/procedural-v1
 SELECTION = {"agnews": 200, "wildjailbreak": 100, "procedural": 130}
 # Procedural calibration rows (another seed): every question type and option count gets a
 # temperature fitted on varied rows, not only on the two topic suites' choice questions.
 CALIBRATION_PROCEDURAL = 300
 # Data mixes. "v2" is the installed default's (its training.json pins the train.jsonl it makes).
-# "v3" adds the workflow scenarios (noulengine.train.scenarios: agent traces, invoices, security
+# "v3" adds the workflow scenarios (noulengine.curricula.scenarios: agent traces, invoices, security
 # alerts, support threads, tool catalogues) and WildJailbreak prompts in jailbreak framings
-# (benign ones stay benign: noulengine.train.reworded.frame_prompt), and trains on a prefix of the
+# (benign ones stay benign: noulengine.curricula.reworded.frame_prompt), and trains on a prefix of the
 # same procedural stream (so procedural-v1's exclusion still holds) to stay within the CPU budget.
 # v3's extra rows are drawn with their own seeds, so the v2 mix stays byte-identical.
 MIXES = {
@@ -120,12 +121,12 @@ MIXES = {
            "scenario_selection": 0, "scenario_calibration": 0},
     "v3": {"name": "noul-smollm2-135m-v3", "procedural": 1300, "scenarios": 600,
            "framed": {"benign": 120, "vanilla_harmful": 60}, "scenario_selection": 50, "scenario_calibration": 100},
-    # v4 = v2 + train-side tool selection (noulengine.train.toolrl) and yes/no questions about text
-    # (noulengine.train.nouls); counts and their reasons: V4 below and docs/training.md.
+    # v4 = v2 + train-side tool selection (noulengine.curricula.toolrl) and yes/no questions about text
+    # (noulengine.curricula.nouls); counts and their reasons: V4 below and docs/training.md.
     "v4": {"name": "noul-smollm2-135m-v4", "procedural": PROCEDURAL_ROWS, "scenarios": 0, "framed": {},
            "scenario_selection": 0, "scenario_calibration": 0, "tools_and_nouls": True},
     # v5 = continued fine-tuning of a trained v4 model (--init-adapter: the three-epoch v4 run) on the
-    # workflow scenarios (noulengine.train.scenarios) with a replay of v4's own rows. Why: v4 learnt
+    # workflow scenarios (noulengine.curricula.scenarios) with a replay of v4's own rows. Why: v4 learnt
     # yes/no and tools on their own kinds but stayed at chance on typed_decisions, whose states are
     # workflow evidence; v3 showed 120 scenario records per kind barely move one epoch. CONTINUE below.
     "v5": {"name": "noul-smollm2-135m-v5", "continues": "v4"},
@@ -188,7 +189,7 @@ def _tools_and_nouls(data_dir: Path, index, ag_pool: dict, ag_unused: dict, wj_u
     disjoint samples. Every new row is checked against ``index`` (the evaluation suites) once more.
 
     Returns:
-        the ToolRL data report (:attr:`noulengine.train.toolrl.ToolData.report`).
+        the ToolRL data report (:attr:`noulengine.curricula.toolrl.ToolData.report`).
 
     Raises:
         ValueError: a pool too small for :data:`V4`'s counts, or a repeated id.
@@ -537,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", help="raw data root (default: $NOULENGINE_DATA, else ../shared/data)")
     ap.add_argument("--work", default=str(WORK), help="work folder (git-ignored)")
     ap.add_argument("--model", default=None, help="another base (anything `noulengine train --model` takes), for "
-                    "comparisons such as scripts/compare_bases.py; with the install step it must be an embedded "
+                    "comparisons such as experiments/compare_bases.py; with the install step it must be an embedded "
                     f"base's name (noulengine.models.embedded: {EMBEDDED_NAMES})")
     ap.add_argument("--mix", default="v2", choices=sorted(MIXES), help="the data mix (MIXES; default v2, the "
                     "installed default's)")

@@ -140,7 +140,7 @@ def _reverse_options(questions: dict) -> dict:
 
 
 # The app-crash ticket is a measured miss of the v2 default (issue #22): in criteria order it is
-# routed to billing (p 0.47; reversed: tech 0.47) and refund reads yes (p 0.56; scripts/readme_tickets.py
+# routed to billing (p 0.47; reversed: tech 0.47) and refund reads yes (p 0.56; experiments/readme_tickets.py
 # --model default, session 21, the portable build as the first build). Strict:
 # a model that fixes it turns this xfail into a failure, so the marker is removed with the fix.
 _MISSES = {"The app crashes with error 500 when I open my orders page."}
@@ -161,13 +161,13 @@ def test_readme_example_and_tickets_are_decided_by_content(default_engine, ticke
 
 
 def test_readme_tickets_script_reports_what_the_engine_decides(default_engine, capsys):
-    """scripts/readme_tickets.py (how a candidate default is checked on these tickets) counts the
+    """experiments/readme_tickets.py (how a candidate default is checked on these tickets) counts the
     same route answers as the default engine gives here, in both orders (its report on this
     session's engine: no second load of the model)."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "readme_tickets.py"
+    path = Path(__file__).resolve().parents[1] / "experiments" / "readme_tickets.py"
     spec = importlib.util.spec_from_file_location("readme_tickets", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -201,14 +201,14 @@ def test_probe_workers_merge_into_the_single_runs_change_share(slot_engine, tmp_
 
 @needs_data
 def test_order_sensitivity_script_wraps_two_eval_runs(tiny_llama, tiny_tokenizer, tmp_path, monkeypatch, capsys):
-    """scripts/order_sensitivity.py: eval --probe reverse and eval --debias permute on one sample,
+    """experiments/order_sensitivity.py: eval --probe reverse and eval --debias permute on one sample,
     their order numbers side by side (and the run folders kept with --run-dir)."""
     import importlib.util
 
     from noulengine import cli
     from tests.conftest import REPO
 
-    spec = importlib.util.spec_from_file_location("order_sensitivity", REPO / "scripts" / "order_sensitivity.py")
+    spec = importlib.util.spec_from_file_location("order_sensitivity", REPO / "experiments" / "order_sensitivity.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(

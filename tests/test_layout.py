@@ -78,3 +78,31 @@ def test_type_checking_imports_are_not_counted():
     src = PACKAGE / "eval" / "suites" / "families" / "__init__.py"
     assert "TYPE_CHECKING" in src.read_text(encoding="utf-8")
     assert "noulengine.eval.suites.suite" not in _imports(src)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in _graph() if m.startswith("noulengine.train")))
+def test_the_training_loop_never_imports_a_curriculum(module):
+    """Issue #46 item 11: ``noulengine/train/`` is the loop (trainer, loss, methods, checkpoint,
+    numerics, config, selection, the training file's checks and overlap guard); the generators of
+    training rows live in ``noulengine/curricula/``, which the loop never imports."""
+    generators = sorted(m for m in _graph()[module] if m.startswith("noulengine.curricula"))
+    assert generators == [], f"{module} imports {generators}"
+
+
+def test_scripts_holds_what_a_user_or_ci_runs_and_experiments_the_rest():
+    """scripts/: set-up, the default model's recipe, doc examples, GPU check and recipe, conformance,
+    validation files, load test. experiments/: each a table's source in docs/, its first docstring
+    (or comment) line naming that section and the command that reproduces it."""
+    repo = PACKAGE.parent
+    assert sorted(p.name for p in (repo / "scripts").iterdir()) == [
+        "ci_serve_conformance.sh", "doc_examples.py", "gpu_check.sh", "gpu_recipe.sh", "install_model_wheel.py",
+        "load_test.py", "make_validation.py", "setup.sh", "setup_chromium.sh", "train_default.py"]
+    for path in sorted((repo / "experiments").iterdir()):
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".py":
+            first = ast.get_docstring(ast.parse(text)).splitlines()[0]
+        else:
+            first = text.splitlines()[1].lstrip("# ")
+        assert first.startswith("Experiment behind docs/") and "reproduce: `" in first, path.name
+        doc, _, anchor = first.split()[2].partition("#")
+        assert (repo / doc).is_file() and anchor, path.name

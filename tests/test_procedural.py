@@ -1,4 +1,4 @@
-"""The procedural curriculum (noulengine.train.procedural): determinism, record validity, coverage
+"""The procedural curriculum (noulengine.curricula.procedural): determinism, record validity, coverage
 of tasks and levels, option counts and vocabularies, answers recomputed from the state by
 independent rules, scale and yes/no balance. No model is loaded."""
 
@@ -12,7 +12,7 @@ from fractions import Fraction
 import pytest
 
 from noulengine.records.schema import parse_record
-from noulengine.train import procedural as P
+from noulengine.curricula import procedural as P
 
 SEED = 4242
 

@@ -1,5 +1,5 @@
 """The default model's recipe scripts: ``scripts/train_default.py`` (its flags, the install guard)
-and ``scripts/compare_bases.py`` (subset, evaluation reading, report), without training."""
+and ``experiments/compare_bases.py`` (subset, evaluation reading, report), without training."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path[:0] = [str(REPO / "scripts"), str(REPO / "experiments")]
 
 import compare_bases  # noqa: E402
 import train_default  # noqa: E402
@@ -236,7 +236,7 @@ def test_compare_with_names_a_candidate_folder(tmp_path, capsys):
 
 
 def test_selection_by_kind_scores_each_model_on_the_same_rows(tmp_path, tiny_llama, tiny_tokenizer, capsys):
-    """scripts/selection_by_kind.py: per-kind metrics of each --model on the kept kinds only, the
+    """experiments/selection_by_kind.py: per-kind metrics of each --model on the kept kinds only, the
     yes/no kind with its P(yes) AUC, equal to the engine's own answers on those rows."""
     import selection_by_kind
 

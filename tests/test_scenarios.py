@@ -1,6 +1,6 @@
-"""The workflow scenarios (noulengine.train.scenarios): determinism, record validity, coverage of
+"""The workflow scenarios (noulengine.curricula.scenarios): determinism, record validity, coverage of
 kinds and levels, renamed options, and answers recomputed from the state by independent rules.
-Also the jailbreak framing of WildJailbreak train prompts (noulengine.train.reworded). No model is
+Also the jailbreak framing of WildJailbreak train prompts (noulengine.curricula.reworded). No model is
 loaded."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 
 from noulengine.records.schema import parse_record
-from noulengine.train import reworded
-from noulengine.train import scenarios as S
+from noulengine.curricula import reworded
+from noulengine.curricula import scenarios as S
 
 SEED = 777
 
@@ -168,7 +168,7 @@ def test_same_records_under_any_hash_seed():
     import subprocess
     import sys
 
-    code = "import json; from noulengine.train import scenarios; print(json.dumps(scenarios.generate(200, seed=5)))"
+    code = "import json; from noulengine.curricula import scenarios; print(json.dumps(scenarios.generate(200, seed=5)))"
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": h}).stdout for h in ("1", "2")}
     assert len(outs) == 1 and json.loads(outs.pop()) == S.generate(200, seed=5)

@@ -381,7 +381,7 @@ def procedural_suite(tmp_path_factory):
 
 def test_procedural_suite_is_held_out_from_the_recipe(procedural_suite):
     """The default recipe's procedural training and selection rows all pass the real guard."""
-    from noulengine.train import procedural
+    from noulengine.curricula import procedural
     from noulengine.train.contamination import EvaluationIndex, index_suite
 
     module = procedural_suite.module

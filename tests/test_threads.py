@@ -101,7 +101,7 @@ def test_eval_applies_and_records_the_threads(tiny_llama, tiny_tokenizer, tmp_pa
 
 
 def test_the_timing_script_runs_each_setting_in_its_own_process():
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "threads_timing.py"), "--dry-run", "--reps", "3"],
+    out = subprocess.run([sys.executable, str(REPO / "experiments" / "threads_timing.py"), "--dry-run", "--reps", "3"],
                          capture_output=True, text=True, cwd=REPO, timeout=60)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()

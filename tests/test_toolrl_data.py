@@ -1,5 +1,5 @@
-"""Train-side tool and yes/no data (issue #33 items 1-2): :mod:`noulengine.train.toolrl`,
-:mod:`noulengine.train.nouls` and the ``v4`` mix of ``scripts/train_default.py``.
+"""Train-side tool and yes/no data (issue #33 items 1-2): :mod:`noulengine.curricula.toolrl`,
+:mod:`noulengine.curricula.nouls` and the ``v4`` mix of ``scripts/train_default.py``.
 
 Rule tests run on rows written here in ToolRL's format; the contamination count, determinism and
 the v4 build also run on the real file when ``../shared/data`` is present (skipped otherwise)."""
@@ -20,7 +20,7 @@ import pytest
 from noulengine.compile.render import render_question, render_state
 from noulengine.records.errors import RecordError
 from noulengine.records.schema import request_from_json
-from noulengine.train import nouls, toolrl
+from noulengine.curricula import nouls, toolrl
 from noulengine.train.contamination import EvaluationIndex
 
 REPO = Path(__file__).resolve().parents[1]
@@ -250,7 +250,7 @@ def test_real_file_drops_the_rows_whose_request_is_a_toolace_test_request():
 
 _HASH_SCRIPT = """
 import hashlib, json, random, sys
-from noulengine.train import nouls, toolrl
+from noulengine.curricula import nouls, toolrl
 from noulengine.train.contamination import EvaluationIndex
 path = sys.argv[1]
 data = toolrl.build(path, index=EvaluationIndex(), seed=3, selection_rows=5, variants=3)

@@ -115,10 +115,10 @@ def test_train_cli_records_portable_numerics_and_resume_keeps_them(tmp_path, toy
 
 @pytest.mark.slow
 def test_numerics_check_fingerprints_the_kernels(tiny_llama_dir):
-    """scripts/numerics_check.py, the cross-CPU fingerprint: it says which kernels ran, and the
+    """experiments/numerics_check.py, the cross-CPU fingerprint: it says which kernels ran, and the
     native and portable kernels give other bits (so equal hashes on two CPUs mean something)."""
     def fingerprint(mode):
-        got = subprocess.run([sys.executable, str(REPO / "scripts" / "numerics_check.py"), mode, "--model",
+        got = subprocess.run([sys.executable, str(REPO / "experiments" / "numerics_check.py"), mode, "--model",
                               str(tiny_llama_dir), "--lora-layers", "2"], capture_output=True, text=True,
                              env=clean_env(OMP_NUM_THREADS="1"), cwd=REPO, timeout=300)
         assert got.returncode == 0, got.stderr[-2000:]

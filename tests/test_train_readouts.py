@@ -161,7 +161,7 @@ def test_packed_record_equals_its_questions_run_apart(tiny_llama, tiny_tokenizer
 
 @pytest.mark.parametrize("readout", ["label-sequence", "auto"])
 def test_length_normalised_scores_are_per_token_means(tiny_llama, tiny_tokenizer, readout):
-    """``batch_candidate_logprobs(length_norm=True)`` (what scripts/length_norm.py compares):
+    """``batch_candidate_logprobs(length_norm=True)`` (what experiments/length_norm.py compares):
     each spelling's summed log-probability divided by its token count (text + end token), then
     the spellings combined; one-token readouts are unchanged."""
     from noulengine.engine.batching import collate

@@ -29,7 +29,7 @@ def batch_candidate_logprobs(hidden: torch.Tensor, head, requests: list[Compiled
         length_norm: divide each alternative's summed log-probability by its number of terms
             (label-sequence: the text's tokens plus the end-of-answer token) before the
             alternatives are combined: a per-token mean score, not a log-probability (measured by
-            ``scripts/length_norm.py``; serving and training use the sum). Single-term readouts
+            ``experiments/length_norm.py``; serving and training use the sum). Single-term readouts
             are unchanged.
 
     Returns:

@@ -1,6 +1,6 @@
 """A local OpenAI-compatible LLM for escalation: llama.cpp's server (llama-cpp-python) on a GGUF.
 
-Used by the tests and ``scripts/escalation_thresholds.py``; a user points ``--escalate-url`` at
+Used by the tests and ``experiments/escalation_thresholds.py``; a user points ``--escalate-url`` at
 their own endpoint instead. Needs the ``llm`` extra (``llama-cpp-python[server]``, built from
 source: about 9 minutes on a 2-core CPU, once; ``bash scripts/setup.sh --llm``).
 """

@@ -1,6 +1,6 @@
 """procedural-v1: held-out seeds of the procedural curriculum as a pinned suite (no source data).
 
-The records are ``noulengine.train.procedural.generate(N_GENERATED, seed=SEED)``: the thirteen task
+The records are ``noulengine.curricula.procedural.generate(N_GENERATED, seed=SEED)``: the thirteen task
 kinds at levels 0-4, cycled evenly, with the answers the generator's rules compute from each state
 (choice, score and noul questions; posterior questions carry the exact probability beside its
 argmax label). The default training recipe (``scripts/train_default.py``) draws its procedural rows
@@ -24,7 +24,7 @@ Records keep the generator's ids (``proc-<SEED>-<index>``), ``category`` (``proc
 and the metadata ``task`` and ``level``; the manifest's ``"slices": ["level"]`` makes the report
 slice by level (the category slice is the per-task one).
 
-The prepared file is pinned: a change to ``noulengine/train/procedural.py`` (or to the recipe's
+The prepared file is pinned: a change to ``noulengine/curricula/procedural.py`` (or to the recipe's
 streams) that changes these records makes preparation fail against the pin. That is a new suite
 version, not a refresh of this one.
 """
@@ -67,7 +67,7 @@ class StateTexts:
 
 def training_states() -> StateTexts:
     """The states of every record of :data:`TRAINING_STREAMS`."""
-    from noulengine.train import procedural
+    from noulengine.curricula import procedural
 
     held = StateTexts()
     for seed, n in TRAINING_STREAMS:
@@ -80,7 +80,7 @@ def build() -> tuple[list[dict], dict]:
     """The suite's records and what the three rules did (``{"generated": n,
     "excluded_training_state": n, "excluded_by_task": {...}, "repeated_state": n,
     "coin_flip_labels_dropped": n}``)."""
-    from noulengine.train import procedural
+    from noulengine.curricula import procedural
 
     held_back, seen = training_states(), StateTexts()
     out: list[dict] = []

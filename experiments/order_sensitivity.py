@@ -1,8 +1,10 @@
 #!/usr/bin/env python
-"""How much a model's answers depend on option order: reversal change share and rotation flip rate,
+"""Experiment behind docs/results.md#option-order-reversal-and-rotation-40-rows-per-suite-seed-0 ("Option order: reversal and rotation (40 rows per suite, seed 0)"); reproduce: `python experiments/order_sensitivity.py --sample 40 --seed 0`.
+
+How much a model's answers depend on option order: reversal change share and rotation flip rate,
 side by side. A thin wrapper over two ``noulengine eval`` runs on the same fixed-seed sample.
 
-    python scripts/order_sensitivity.py [--model SPEC] [--suites agnews,toolace,...] [--sample 40]
+    python experiments/order_sensitivity.py [--model SPEC] [--suites agnews,toolace,...] [--sample 40]
         [--seed 0] [--no-rotations] [--run-dir DIR] [--output runs/order.json]
 
 The two runs (each a normal eval run folder under ``--run-dir``, resumable, with its own

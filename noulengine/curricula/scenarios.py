@@ -1,6 +1,6 @@
 """Procedural workflow scenarios: structured evidence of the kinds users decide on, labelled by rule.
 
-The thirteen kinds of :mod:`noulengine.train.procedural` are small puzzles (bags, tables, logs).
+The thirteen kinds of :mod:`noulengine.curricula.procedural` are small puzzles (bags, tables, logs).
 What users send is workflow evidence: an agent run's trace summary, a vendor invoice beside its
 purchase order, a security alert with its context, a support conversation with the account, a
 request beside a tool catalogue. Five kinds here generate such states with several typed
@@ -11,7 +11,7 @@ amounts and flags and to match them to the option descriptions:
 ``agent_trace``, ``invoice_match``, ``security_alert``, ``support_thread``, ``tool_routing``.
 
 Every question is asked either in a standard wording (the option names and descriptions a
-workflow would use) or re-asked with renamed labels (:func:`~noulengine.train.procedural.label_style`,
+workflow would use) or re-asked with renamed labels (:func:`~noulengine.curricula.procedural.label_style`,
 opaque codes) and paraphrased descriptions; the trainer permutes every row's options. Levels 0-4
 add noise fields, borderline values and distractor options (tool routing: tools sharing the
 request's object or its action).
@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from noulengine.train.procedural import LEVELS, _choice, _noul, _score, generate_from, label_style, opaque_names
+from noulengine.curricula.procedural import LEVELS, _choice, _noul, _score, generate_from, label_style, opaque_names
 
 URGENCY = (("No time pressure; can wait indefinitely.", "Routine; handle within the normal queue.",
             "Elevated; should be handled within the same week.", "Critical; requires action within the same day."),

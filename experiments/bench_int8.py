@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""int8 vs float32 on CPU: accuracy on validation-v1's selection rows and decisions/s, one run.
+"""Experiment behind docs/performance.md#int8-on-cpu-issue-15-opt-in-and-not-worth-it-for-this-model ("int8 on CPU (issue #15): opt-in, and not worth it for this model"); reproduce: `python experiments/bench_int8.py`.
+
+int8 vs float32 on CPU: accuracy on validation-v1's selection rows and decisions/s, one run.
 
 The 700 ``validation_role: selection`` rows of validation-v1 (400 AG News, 300 WildJailbreak;
 never fitted on) are answered by the embedded default model twice, in float32 and with
@@ -7,7 +9,7 @@ never fitted on) are answered by the embedded default model twice, in float32 an
 and timed in the order f32, int8, f32, int8, so both variants see the same machine state. Prints
 accuracy per file (with chance and majority), argmax agreement, max |dp| and the speed ratio.
 
-    python scripts/bench_int8.py [--rows N]   # make_validation.py must have prepared the files
+    python experiments/bench_int8.py [--rows N]   # make_validation.py must have prepared the files
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
+# Experiment behind docs/results.md#readout-options-on-a-fixed-seed-sample-40-rows-per-suite-seed-0 ("Readout options on a fixed-seed sample (40 rows per suite, seed 0)"); reproduce: `bash experiments/compare_options.sh 40 runs/options`.
 # Measure each readout option of the default model on a fixed-seed sample of accuracy-v1:
 # none / permute / contextual / temperature / contextual + temperature (temperatures fitted on
 # validation-v1 calibration rows only).
-#   bash scripts/compare_options.sh [SAMPLE] [OUT]      (defaults: 40 rows per suite, runs/options)
-# Writes one eval run folder per option and prints the comparison table (scripts/options_table.py).
+#   bash experiments/compare_options.sh [SAMPLE] [OUT]      (defaults: 40 rows per suite, runs/options)
+# Writes one eval run folder per option and prints the comparison table (experiments/options_table.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -28,4 +29,4 @@ $PY -m noulengine.calibrate --validation benchmarks/validation-v1/prepared/agnew
 $PY -m noulengine.eval --suite accuracy-v1 --tasks $TASKS --sample "$N" --seed 0 --debias contextual \
     --calibration "$OUT/calibration_contextual.json" --output "$OUT/contextual_temperature" --no-progress \
     > "$OUT/contextual_temperature.log" 2>&1
-$PY scripts/options_table.py "$OUT"
+$PY experiments/options_table.py "$OUT"

@@ -4,19 +4,19 @@ Three sources, each asked so that the answer is read from the text, never from t
 
 * **AG News topics** (:func:`topic_nouls`): an article asks whether it is about a topic, its own
   (yes) or another (no: one of the three other AG News topics, or, for one ``no`` in five, a
-  section no news article here belongs to, :data:`noulengine.train.reworded.TOPIC_DISTRACTORS`).
+  section no news article here belongs to, :data:`noulengine.curricula.reworded.TOPIC_DISTRACTORS`).
   The topic is named by a phrase (:data:`TOPIC_PHRASES`), a section name or one of the paraphrased
-  descriptions of :data:`noulengine.train.reworded.TOPICS`.
+  descriptions of :data:`noulengine.curricula.reworded.TOPICS`.
 * **WildJailbreak refusals** (:func:`safety_nouls`): a prompt asks whether it should be refused
   (yes = harmful), whether it is fine to answer (yes = benign), or whether a paraphrased
-  description (:data:`noulengine.train.reworded.SAFETY`) fits it; the polarity varies, so "yes"
+  description (:data:`noulengine.curricula.reworded.SAFETY`) fits it; the polarity varies, so "yes"
   never means one class.
-* **Tools** (:func:`tool_nouls`): a ToolRL request (:mod:`noulengine.train.toolrl`) asks either
+* **Tools** (:func:`tool_nouls`): a ToolRL request (:mod:`noulengine.curricula.toolrl`) asks either
   whether the assistant should call a named tool of the catalogue in its state (yes = the
   reference output calls it, no = it does not), or whether a tool given by name and paraphrased
   description (:func:`paraphrase_description`) can help (yes = a called tool, no = a tool of
   another request's catalogue that shares under half its description's content words with any
-  called tool's). Catalogue names follow :data:`noulengine.train.toolrl.NAME_POLICIES`.
+  called tool's). Catalogue names follow :data:`noulengine.curricula.toolrl.NAME_POLICIES`.
 
 Balance: within each source and each gold class, yes and no are dealt from a shuffled list with
 equal counts (:func:`balanced_flags`; an odd count gives one extra, drawn at random), so yes/no
@@ -32,9 +32,9 @@ import re
 from typing import Any, Sequence
 
 from noulengine.eval.suites.hashing import short_id
-from noulengine.train.reworded import SAFETY, TOPIC_DISTRACTORS, TOPICS
+from noulengine.curricula.reworded import SAFETY, TOPIC_DISTRACTORS, TOPICS
 from noulengine.train.contamination import normalize_text
-from noulengine.train.toolrl import (NAME_POLICIES, Decision, ToolRLRow, fill_catalogue, rename, similar_description,
+from noulengine.curricula.toolrl import (NAME_POLICIES, Decision, ToolRLRow, fill_catalogue, rename, similar_description,
                                    tool_pool)
 
 # concept -> noun phrases that read after "about" ("Is this article about <phrase>?")
@@ -133,7 +133,7 @@ def _record(rid: str, state: Any, instructions: str, yes: bool, source: str, ext
 
 def topic_nouls(rng: random.Random, items: Sequence[tuple[str, str, str]]) -> list[dict]:
     """AG News nouls, one per item ``(id key, article text, gold topic)`` (gold in
-    :data:`~noulengine.train.reworded.TOPICS`); yes/no balanced within each gold topic.
+    :data:`~noulengine.curricula.reworded.TOPICS`); yes/no balanced within each gold topic.
 
     Raises:
         KeyError: a gold topic outside :data:`TOPICS`.

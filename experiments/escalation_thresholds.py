@@ -1,4 +1,6 @@
-"""Measure escalation on real rows: the threshold table and the stream's latency (issue #24).
+"""Experiment behind docs/escalation.md#measured-what-a-small-local-llm-adds ("Measured: what a small local LLM adds"); reproduce: `python experiments/escalation_thresholds.py --sample 20 --part table --output runs/escalation`.
+
+Measure escalation on real rows: the threshold table and the stream's latency (issue #24).
 
 Starts llama.cpp's OpenAI-compatible server on the embedded base model's GGUF (SmolLM2-135M-Instruct
 Q4_1; the local LLM the tests use), then
@@ -11,7 +13,7 @@ Q4_1; the local LLM the tests use), then
    and times, per request, the first and the last server-sent event from the moment the request
    is sent (p50/p95 over the sampled typed_decisions rows, sent one at a time).
 
-    python scripts/escalation_thresholds.py --sample 20 --output runs/escalation
+    python experiments/escalation_thresholds.py --sample 20 --output runs/escalation
 
 Everything runs on this machine's CPU; the numbers are what this small local LLM adds, not what a
 user's larger LLM would.

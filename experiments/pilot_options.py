@@ -1,12 +1,14 @@
-"""Score every readout, debiasing and calibration option on the known-distribution pilot.
+"""Experiment behind docs/results.md#known-distribution-pilot-96-questions-exact-reference-distributions ("Known-distribution pilot (96 questions, exact reference distributions)"); reproduce: `python experiments/pilot_options.py --out runs/pilot`.
 
-    python scripts/pilot_options.py [--out runs/pilot] [--calibration-dir runs/options]
+Score every readout, debiasing and calibration option on the known-distribution pilot.
+
+    python experiments/pilot_options.py [--out runs/pilot] [--calibration-dir runs/options]
 
 Runs ``python -m noulengine.eval.pilot`` once per option (a fresh process each, same model) and
 prints one markdown table of the pilot's own contract (SOURCE.md of known_distribution_pilot):
 TVD, excess and expected Brier, impossible-outcome mass, 10-bin expected ECE and the
 canonical-vs-reversed disagreement, plus a uniform-answer row as the no-model reference. The
-temperature rows use the calibration files written by ``scripts/compare_options.sh`` (fitted on
+temperature rows use the calibration files written by ``experiments/compare_options.sh`` (fitted on
 validation-v1 calibration rows only); they are skipped, and the table says so, when absent.
 """
 
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         if calib is not None:
             path = Path(args.calibration_dir) / calib
             if not path.is_file():
-                notes.append(f"{name}: skipped, {path} not found (run scripts/compare_options.sh first)")
+                notes.append(f"{name}: skipped, {path} not found (run experiments/compare_options.sh first)")
                 continue
             cmd += ["--calibration", str(path)]
         t0 = time.perf_counter()

@@ -37,7 +37,7 @@ Rules, in order (every row left out is counted under its reason in :class:`ToolD
    appears on both sides; distractor tools are drawn within a side only.
 6. **Records.** Each train decision is asked in :data:`NAME_POLICIES` variants: the catalogue's
    names kept, masked as Hammer masks them (random identifiers), or replaced by neutral codes
-   (:func:`noulengine.train.procedural.opaque_names`), consistently in the state, the options and
+   (:func:`noulengine.curricula.procedural.opaque_names`), consistently in the state, the options and
    ``called_so_far``; a model must read the descriptions. A catalogue is filled up to 3-6 tools
    with tools of other rows (never one whose name or description equals a catalogue tool's, nor
    one whose description shares half its content words with a called tool's); a one-tool
@@ -67,7 +67,7 @@ from typing import Any, Sequence
 from noulengine.eval.suites.hashing import short_id
 from noulengine.records.errors import RecordError
 from noulengine.train.contamination import normalize_text
-from noulengine.train.procedural import opaque_names
+from noulengine.curricula.procedural import opaque_names
 
 SOURCE_FILE = "toolrl_train/rlla_sft.json"
 SUITE_INSTRUCTIONS = "Which single tool from the catalog should be called for this request?"
@@ -526,6 +526,6 @@ def build(path: str | Path, *, index, seed: int, selection_rows: int, variants: 
         "train": {"source_rows": len(data.train_rows), "decisions": n_dec["train"], "records": len(data.train_choice)},
         "selection": {"source_rows": len(data.selection_rows), "decisions": n_dec["selection"],
                       "records": len(data.selection_choice)},
-        "rules": "see noulengine.train.toolrl (module docstring)",
+        "rules": "see noulengine.curricula.toolrl (module docstring)",
     }
     return data

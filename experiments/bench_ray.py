@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""Ray Data scaling on this machine: the local engine vs 1 and 2 Ray actors, one run.
+"""Experiment behind docs/evaluation.md#noulenginedistributeddecide_datasetds-config---a-dataset-of-index-decision-json ("noulengine.distributed.decide_dataset(ds, config) -> a Dataset of "index", "decision" (JSON)"); reproduce: `python experiments/bench_ray.py --rows 96`.
+
+Ray Data scaling on this machine: the local engine vs 1 and 2 Ray actors, one run.
 
 The same AG News test rows (``random.Random(0)`` shuffle, first ``--rows``) answered by the
 embedded default model three ways, each timed end to end (wall seconds of the whole call):
@@ -13,7 +15,7 @@ starting its actors and loading one model copy per actor; ``actor_start_s`` meas
 (the same call on 2 rows per actor) and ``steady`` subtracts it.
 Answers are compared to the local run (argmax agreement, max |Δp|). Prints a table and ratios.
 
-    python scripts/bench_ray.py --rows 96
+    python experiments/bench_ray.py --rows 96
 """
 
 from __future__ import annotations

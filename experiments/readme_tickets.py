@@ -1,10 +1,12 @@
-"""The README's tickets in both option orders, for any models: route and refund answers per ticket.
+"""Experiment behind docs/results.md#v5-v4-continued-on-workflow-scenarios-issue-33-not-adopted ("v5: v4 continued on workflow scenarios (issue #33; not adopted)"); reproduce: `python experiments/readme_tickets.py --model default`.
+
+The README's tickets in both option orders, for any models: route and refund answers per ticket.
 
 The tickets and questions are the end-to-end test's (``tests/test_default_model_e2e.py``:
 README_TICKETS, README_QUESTIONS), so a candidate default is checked on exactly what that test
 asserts before it is installed::
 
-    python scripts/readme_tickets.py --model default --model runs/train-v4-3ep/model
+    python experiments/readme_tickets.py --model default --model runs/train-v4-3ep/model
 
 prints one line per (model, ticket, order): the route answer with its probability, the refund
 answer with P(yes), and whether each matches the expected one; then a count per model.

@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""Time ``Engine.decide`` of the README example under several torch thread settings (issue #25, item 7).
+"""Experiment behind docs/performance.md#how-to-measure ("How to measure"); reproduce: `python experiments/threads_timing.py --settings default,1,2 --reps 5`.
+
+Time ``Engine.decide`` of the README example under several torch thread settings (issue #25, item 7).
 
 Each setting runs in its own process (torch's thread pool is set once per process): ``default``
 (neither NOULENGINE_THREADS nor OMP_NUM_THREADS set: torch's own choice, what the Python engine
@@ -8,9 +10,9 @@ the request once untimed, then ``--reps`` timed times. ``--rounds`` repeats the 
 change in the machine's load hits every setting alike. The 1-minute load average is printed
 before and after each process: the numbers only mean something next to it.
 
-    .venv/bin/python scripts/threads_timing.py                      # default, 1, 2 threads; 5 reps; 2 rounds
-    .venv/bin/python scripts/threads_timing.py --settings default,1,2,4 --reps 10 --json out.json
-    .venv/bin/python scripts/threads_timing.py --dry-run             # the commands, nothing run
+    .venv/bin/python experiments/threads_timing.py                      # default, 1, 2 threads; 5 reps; 2 rounds
+    .venv/bin/python experiments/threads_timing.py --settings default,1,2,4 --reps 10 --json out.json
+    .venv/bin/python experiments/threads_timing.py --dry-run             # the commands, nothing run
 """
 
 from __future__ import annotations

@@ -537,7 +537,7 @@ def make_record(rng: random.Random, rid: str, task: str, level: int, *, max_ques
                 tasks: dict[str, Callable] | None = None, category: str = "procedural") -> dict:
     """One record of ``task`` at ``level``: a state and 1-``max_questions`` typed questions, each
     with a rule-computed target. Metadata (``task``, ``level``) never reaches the model.
-    ``tasks`` is the generator table (default :data:`TASKS`; :mod:`noulengine.train.scenarios`
+    ``tasks`` is the generator table (default :data:`TASKS`; :mod:`noulengine.curricula.scenarios`
     passes its own, with its ``category`` prefix).
 
     Raises:
@@ -576,7 +576,7 @@ def generate_from(table: dict[str, Callable], n: int, seed: int, *, tasks: tuple
     """``n`` records of the generators in ``table`` (kinds and levels cycled evenly, one
     ``random.Random(seed)``, ids ``<id_prefix>-<seed>-<i>``, ``category`` ``<category>:<kind>``);
     a record left without questions is skipped. Shared by :func:`generate` and
-    :func:`noulengine.train.scenarios.generate`.
+    :func:`noulengine.curricula.scenarios.generate`.
 
     Raises:
         KeyError: a kind not in ``table`` (the message names ``what``).

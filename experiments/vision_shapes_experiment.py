@@ -1,4 +1,6 @@
-"""Does the image path learn? Train a small random-init Qwen2-VL on rendered shapes, then score it
+"""Experiment behind docs/vision.md#measured ("Measured"); reproduce: `python experiments/vision_shapes_experiment.py --output runs/vision-shapes`.
+
+Does the image path learn? Train a small random-init Qwen2-VL on rendered shapes, then score it
 on the vision-v1 ``shapes`` suite (no vision-language checkpoint is installable offline here).
 
 Training scenes come from the suite's own renderer with other seeds (``--train-seed``,
@@ -8,7 +10,7 @@ random weights (language model and vision tower), trained with ``method=full`` a
 ``train_vision`` (a random vision tower has nothing to keep frozen), then evaluated by
 ``python -m noulengine.eval --suite vision-v1``.
 
-    python scripts/vision_shapes_experiment.py --output runs/vision-shapes   # 753 s training on 2 CPU cores
+    python experiments/vision_shapes_experiment.py --output runs/vision-shapes   # 753 s training on 2 CPU cores
     ... --permute false        # choice options in criteria order
     ... --image-side 112       # 16 image tokens per image instead of 4
 

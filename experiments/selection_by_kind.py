@@ -1,11 +1,13 @@
 #!/usr/bin/env python
-"""Score a model on a recipe's held-out selection rows, per kind: the learning curve's metrics for
+"""Experiment behind docs/results.md#v4-for-three-epochs-issue-33-not-adopted ("v4 for three epochs (issue #33; not adopted)"); reproduce: `python experiments/selection_by_kind.py --selection runs/train-v4/data/selection.jsonl --model default`.
+
+Score a model on a recipe's held-out selection rows, per kind: the learning curve's metrics for
 any model, so two models are compared on the same rows (e.g. the installed default against a
 candidate on mix v4's yes/no and tool rows, which the default never saw in training).
 
 Usage::
 
-    python scripts/selection_by_kind.py --selection runs/train-v4/data/selection.jsonl \\
+    python experiments/selection_by_kind.py --selection runs/train-v4/data/selection.jsonl \\
         --model default --model runs/train-v4/model --kinds noul:,tool: --output runs/sel-v4.json
 
 Each ``--model`` is anything ``Engine.from_pretrained`` takes (``default``: the installed default

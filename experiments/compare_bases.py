@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""Issue #22 §3: compare base models for the default on the same short training budget.
+"""Experiment behind docs/results.md#base-models-on-the-same-short-budget-issue-22-3 ("Base models on the same short budget (issue #22 §3)"); reproduce: `python experiments/compare_bases.py`.
+
+Issue #22 §3: compare base models for the default on the same short training budget.
 
 Each base is fine-tuned by ``noulengine train`` with the default recipe's settings
 (``scripts/train_default.py``: LoRA r 16 / alpha 32 on the top 12 decoder layers, lr 1e-3, the
@@ -7,7 +9,7 @@ Each base is fine-tuned by ``noulengine train`` with the default recipe's settin
 fixed-seed subset of the recipe's training file, one epoch, and scored on the recipe's selection
 rows (AG News + WildJailbreak validation-v1 selection rows + procedural rows of another seed) and
 its permutation flip rate. Speed is measured apart, on an idle CPU, by
-``scripts/compare_models_speed.py`` (never while these trainings run).
+``experiments/compare_models_speed.py`` (never while these trainings run).
 
 Steps (``--steps``, default all):
 
@@ -25,9 +27,9 @@ Steps (``--steps``, default all):
 
 Usage::
 
-    python scripts/compare_bases.py                                  # both bases, one after the other
-    NOULENGINE_THREADS=1 python scripts/compare_bases.py --bases gemma3 --steps subset,train,eval
-    python scripts/compare_bases.py --steps report
+    python experiments/compare_bases.py                                  # both bases, one after the other
+    NOULENGINE_THREADS=1 python experiments/compare_bases.py --bases gemma3 --steps subset,train,eval
+    python experiments/compare_bases.py --steps report
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""Fingerprint one training computation's float32 results on this CPU, to compare CPUs.
+"""Experiment behind docs/training.md#cpu-numerics-native-and-portable ("CPU numerics: `native` and `portable`"); reproduce: `python experiments/numerics_check.py portable`.
+
+Fingerprint one training computation's float32 results on this CPU, to compare CPUs.
 
 Loads a base model, applies the default recipe's LoRA (top 12 layers, rank 16, alpha 32), and on
 one random 64-token row runs a forward pass, a backward pass and ``--steps`` AdamW steps (the
@@ -10,9 +12,9 @@ bits (docs/training.md, "CPU numerics: native and portable").
 
 Usage::
 
-    python scripts/numerics_check.py portable
-    qemu-x86_64 -cpu Haswell .venv/bin/python scripts/numerics_check.py portable   # an emulated Intel CPU
-    python scripts/numerics_check.py native --model runs/some-model --lora-layers 2
+    python experiments/numerics_check.py portable
+    qemu-x86_64 -cpu Haswell .venv/bin/python experiments/numerics_check.py portable   # an emulated Intel CPU
+    python experiments/numerics_check.py native --model runs/some-model --lora-layers 2
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-from noulengine.train.procedural import opaque_names, label_style
+from noulengine.curricula.procedural import opaque_names, label_style
 
 # concept -> (names, descriptions)
 TOPICS = {

@@ -1,7 +1,9 @@
 #!/usr/bin/env python
-"""Decisions/s of two models on the bench's workloads, interleaved in one run.
+"""Experiment behind docs/results.md#base-models-on-the-same-short-budget-issue-22-3 ("Base models on the same short budget (issue #22 §3)"); reproduce: `python experiments/compare_models_speed.py --a runs/compare-bases/smollm2 --b default`.
 
-    python scripts/compare_models_speed.py --a runs/old-default --b default [--workloads agnews_1q,typed_decisions]
+Decisions/s of two models on the bench's workloads, interleaved in one run.
+
+    python experiments/compare_models_speed.py --a runs/old-default --b default [--workloads agnews_1q,typed_decisions]
         [--reps 3] [--threads 2] [--output runs/speed.json]
 
 Both engines are loaded once; each repetition times ``Engine.decide_batch`` on every workload for

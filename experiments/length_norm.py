@@ -1,4 +1,6 @@
-"""Label-sequence readout: summed log-likelihood against the per-token mean, on the same rows.
+"""Experiment behind docs/training.md#length-normalisation-label-sequence ("Length normalisation (`label-sequence`)"); reproduce: `python experiments/length_norm.py --suite agnews,typed_decisions --rows 5`.
+
+Label-sequence readout: summed log-likelihood against the per-token mean, on the same rows.
 
 Under ``label-sequence`` a candidate's score is the log-likelihood of its text plus the
 end-of-answer token, so a long label pays for every token. This script reads N rows of each
@@ -9,8 +11,8 @@ the spellings then log-sum-exp'ed), and prints accuracy, NLL of the softmax over
 and the number of changed argmaxes for both. No training; the engine's served answers use the
 sum (checked against ``Engine.decide_batch`` on the first batch).
 
-    python scripts/length_norm.py                                   # default model, 20 rows of agnews
-    python scripts/length_norm.py --suite agnews,typed_decisions --rows 5 [--model PATH] [--seed S] [--json OUT]
+    python experiments/length_norm.py                                   # default model, 20 rows of agnews
+    python experiments/length_norm.py --suite agnews,typed_decisions --rows 5 [--model PATH] [--seed S] [--json OUT]
 """
 
 from __future__ import annotations

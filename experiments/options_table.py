@@ -1,4 +1,6 @@
-"""Print the readout-option comparison table from the run folders of scripts/compare_options.sh."""
+"""Experiment behind docs/results.md#readout-options-on-a-fixed-seed-sample-40-rows-per-suite-seed-0 ("Readout options on a fixed-seed sample (40 rows per suite, seed 0)"); reproduce: `bash experiments/compare_options.sh 40 runs/options (which ends by running this table)`.
+
+Print the readout-option comparison table from the run folders of experiments/compare_options.sh."""
 
 from __future__ import annotations
 
