@@ -72,15 +72,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         bar.close()
+    from noulengine.writes import EXIT_WRITE_ERROR, OutputWriteError, write_error_from, write_text_atomic
+
     out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if not args.no_plots:
-        try:
-            pngs = plot_before_after(run, out.parent / f"{out.stem}_reliability")
-            run.data["reliability_diagrams"] = [str(p) for p in pngs]
-        except ImportError as exc:
-            run.data["warnings"].append(f"no reliability diagrams: {exc}")
-    out.write_text(json.dumps(run.data, indent=2) + "\n", encoding="utf-8")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if not args.no_plots:
+            try:
+                pngs = plot_before_after(run, out.parent / f"{out.stem}_reliability")
+                run.data["reliability_diagrams"] = [str(p) for p in pngs]
+            except ImportError as exc:
+                run.data["warnings"].append(f"no reliability diagrams: {exc}")
+        write_text_atomic(out, json.dumps(run.data, indent=2) + "\n")
+    except (OutputWriteError, OSError) as exc:  # a full disk: one line; no calibration file, or the old one intact
+        print(f"error: {write_error_from(exc, out)}", file=sys.stderr)
+        return EXIT_WRITE_ERROR
     print(summary_text(run.data))
     print(f"wrote {out}")
     if run.data["selection_nll_worse"]:  # the summary's warning line says so (once); the status tells scripts

@@ -266,8 +266,17 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             print(f"error: {out} holds predictions of a different run ({'; '.join(diff)}); use another --output",
                   file=sys.stderr)
             return 2
-    out.mkdir(parents=True, exist_ok=True)
-    key_path.write_text(json.dumps(key, indent=2) + "\n")
+    from noulengine.writes import EXIT_WRITE_ERROR, OutputWriteError, write_text_atomic
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(key_path, json.dumps(key, indent=2) + "\n")
+    except OSError as exc:  # a full disk or a read-only folder: one line, nothing started
+        print(f"error: {OutputWriteError(key_path, exc)}", file=sys.stderr)
+        return EXIT_WRITE_ERROR
+    except OutputWriteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_WRITE_ERROR
     cfg = EvalConfig(suite=args.suite, tasks=tasks, limit=args.limit, sample=args.sample, seed=args.seed,
                      output=str(out), chunk=args.chunk, source=args.source, progress=not args.no_progress,
                      plots=not args.no_plots, worker=args.worker, workers=args.workers, ray=ray_config,
@@ -284,9 +293,16 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             "model_load_s": load_s, "command": f"{prog} " + " ".join(args.argv),
             **({"cpu_busy_at_start": busy} if busy else {})}
     # run.json records this invocation now and after every batch: a kill keeps its timing
+    from noulengine.eval.runner import read_predictions
+
     log = InvocationLog(out / "run.json", meta, {"started": started, "git_revision": revision, "model_load_s": load_s,
-                                                 "threads": threads.get("threads")})
-    log.update([], force=True)
+                                                 "threads": threads.get("threads")},
+                        rows_on_disk=len(read_predictions(out / "predictions.jsonl", repair=False)))
+    try:
+        log.update([], force=True)
+    except OutputWriteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_WRITE_ERROR
     log.start_heartbeat()  # a kill no handler sees loses at most one heartbeat of wall time
     t0 = time.perf_counter()
     try:
@@ -296,6 +312,13 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         log.close("failed")
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OutputWriteError as exc:  # a full disk: the predictions hold whole batches only; resumable
+        try:
+            log.close("failed")  # records the rows that landed, when run.json can still be written
+        except OutputWriteError:
+            pass  # the next invocation counts them from predictions.jsonl (InvocationLog rows_on_disk)
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_WRITE_ERROR
     except KeyboardInterrupt:
         log.close("interrupted")  # the predictions so far stay; rerun the same command to resume
         raise
@@ -313,7 +336,14 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     meta["throughput"] = throughput(results)
     meta["invocations"] = log.finish(results)
     meta["totals"] = invocation_totals(meta["invocations"])
-    status = _finish(results, out, meta)  # the busy-CPU note was printed once, at the start; run.json keeps it
+    try:
+        status = _finish(results, out, meta)  # the busy-CPU note was printed once, at the start; run.json keeps it
+    except (OutputWriteError, OSError) as exc:  # the predictions are whole: rerun the same command to write these
+        from noulengine.writes import write_error_from
+
+        print(f"error: {write_error_from(exc, out)}; the predictions are complete: rerun the same command to write "
+              "the report", file=sys.stderr)
+        return EXIT_WRITE_ERROR
     if missing_named:
         print(f"error: --tasks named {', '.join(missing_named)}, which had no data (reported as unavailable); "
               "the other suites ran", file=sys.stderr)

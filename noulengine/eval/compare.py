@@ -30,7 +30,7 @@ For each suite, on the (suite, row) pairs that every run answered, and scored by
 
 Writes ``compare.json`` and ``compare.md`` into ``--output`` and prints the markdown tables. Exit
 status: 0 compared, 2 bad arguments or inputs (a missing file, a corrupt line, a suite without its
-data, runs that share no record), each named in one line.
+data, runs that share no record), 74 an output that cannot be written; each named in one line.
 """
 
 from __future__ import annotations
@@ -435,14 +435,16 @@ def main(argv: list[str] | None = None, prog: str = "noulengine compare") -> int
         return 2
     text = render_markdown(result)
     if args.output:
+        from noulengine.writes import EXIT_WRITE_ERROR, OutputWriteError, write_error_from, write_text_atomic
+
         out = Path(args.output)
         try:
             out.mkdir(parents=True, exist_ok=True)
-            (out / "compare.json").write_text(json.dumps(result, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-            (out / "compare.md").write_text(text, encoding="utf-8")
-        except OSError as exc:
-            print(f"error: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
+            write_text_atomic(out / "compare.json", json.dumps(result, indent=1, allow_nan=False) + "\n")
+            write_text_atomic(out / "compare.md", text)
+        except (OutputWriteError, OSError) as exc:
+            print(f"error: {write_error_from(exc, out)}", file=sys.stderr)
+            return EXIT_WRITE_ERROR
     print(json.dumps(result, indent=1, allow_nan=False) if args.json else text, end="")
     if args.output and not args.json:
         print(f"wrote {args.output}/compare.json and compare.md")

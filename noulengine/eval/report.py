@@ -134,11 +134,12 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
     metrics = {r.name: {"status": r.status, "reason": r.reason if r.status != "ready" else "", "rows": r.rows,
                         "licence": r.licence, "notes": r.notes, "metrics": r.metrics} for r in results}
     # non-ASCII text (Chinese labels, slice values) is written as itself, in UTF-8
-    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False, ensure_ascii=False) + "\n",
-                                          encoding="utf-8")
+    from noulengine.writes import write_text_atomic  # a failed write: OutputWriteError, no half file
+
+    write_text_atomic(out_dir / "metrics.json", json.dumps(metrics, indent=2, allow_nan=False, ensure_ascii=False) + "\n")
     meta = {"throughput": throughput(results), **meta}  # a caller that computed it already wins
-    (out_dir / "run.json").write_text(json.dumps(meta, indent=2, allow_nan=False, default=str, ensure_ascii=False)
-                                      + "\n", encoding="utf-8")
+    write_text_atomic(out_dir / "run.json", json.dumps(meta, indent=2, allow_nan=False, default=str, ensure_ascii=False)
+                      + "\n")
     eng = meta.get("engine") or {}
     model = eng.get("model") or {}
     sha = model.get("sha256") or ""
@@ -245,7 +246,7 @@ def write_outputs(results, out_dir: Path, meta: dict) -> dict:
         lines.append(f"- all {tot['invocations']} invocations: {tot['requests']} requests in "
                      f"{tot['inference_seconds']:.1f} s of inference{wall}.")
     lines += ["", "## Glossary", "", *[f"- {g}" for g in GLOSSARY]]
-    (out_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text_atomic(out_dir / "report.md", "\n".join(lines) + "\n")
     return metrics
 
 

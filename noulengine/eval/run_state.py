@@ -23,11 +23,12 @@ import contextlib
 import datetime
 import hashlib
 import json
-import os
 import signal
 import threading
 import time
 from pathlib import Path
+
+from noulengine.writes import OutputWriteError, write_text_atomic
 
 KEY_VERSION = 2
 # the fields a run_key.json had before it recorded resolved settings
@@ -155,11 +156,12 @@ def key_differences(old: dict, new: dict, *, given: dict | None = None, fields=N
 
 
 def write_json_atomic(path: Path, obj: dict) -> None:
-    """Write JSON through a temporary file and a rename: a kill never leaves half a file."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n")
-    os.replace(tmp, path)
+    """Write JSON through a temporary file and a rename: a kill never leaves half a file.
+
+    Raises:
+        OutputWriteError: the write failed (:func:`noulengine.writes.write_text_atomic`).
+    """
+    write_text_atomic(path, json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n")
 
 
 def read_run_json(path: Path) -> dict:
@@ -193,15 +195,22 @@ class InvocationLog:
         meta: what is known at the start (suite, engine, versions, selection, threads, command...).
         invocation: this invocation's entry (``started``, ``git_revision``, ``model_load_s``...).
         min_interval_s: the least time between two progress writes (default 0: every batch).
+        rows_on_disk: the prediction rows already in the folder. When the earlier invocations
+            recorded fewer (one stopped by a write error could not update run.json after its last
+            batch landed), the last of them that did not finish is credited with the difference
+            (``requests_counted_from_predictions``), so the totals count the rows written.
     """
 
-    def __init__(self, path: Path, meta: dict, invocation: dict, *, min_interval_s: float = 0.0):
+    def __init__(self, path: Path, meta: dict, invocation: dict, *, min_interval_s: float = 0.0,
+                 rows_on_disk: int | None = None):
         from noulengine.eval.report import throughput
 
         self._throughput = throughput
         self.path = Path(path)
         old = read_run_json(self.path)
         self.previous = previous_invocations(old)
+        if rows_on_disk is not None:
+            _reconcile(self.previous, rows_on_disk)
         # a resumed folder keeps what its last complete run.json said (suite pins, tasks) until
         # this invocation replaces it
         self.base = {**{k: v for k, v in old.items() if k not in ("invocations", "totals", "status")}, **meta}
@@ -250,7 +259,10 @@ class InvocationLog:
                         return
                     self.invocation["wall_s"] = time.perf_counter() - self.t0
                     self.invocation["heartbeat"] = _utc_now()
-                    self._write("running")
+                    try:
+                        self._write("running")
+                    except OutputWriteError:  # a full disk: the main thread reports it; beat again later
+                        pass
 
         self._heartbeat = threading.Thread(target=beat, name="run.json heartbeat", daemon=True)
         self._heartbeat.start()
@@ -276,6 +288,21 @@ class InvocationLog:
         self.finish(self.results, status)
         self.invocation["ended"] = _utc_now()
         self._write(status)
+
+
+def _reconcile(invocations: list[dict], rows_on_disk: int) -> None:
+    """Credit rows that landed without being recorded to the last unfinished invocation (in place)."""
+    recorded = sum((i.get("throughput") or {}).get("requests") or 0 for i in invocations)
+    missing = rows_on_disk - recorded
+    if missing <= 0:
+        return
+    unfinished = [i for i in invocations if i.get("status") != "finished"]
+    if not unfinished:
+        return  # every invocation finished: the rows came from elsewhere (a merge, a copied file)
+    last = unfinished[-1]
+    last["throughput"] = {**(last.get("throughput") or {}), "requests": ((last.get("throughput") or {}).get("requests")
+                                                                         or 0) + missing}
+    last["requests_counted_from_predictions"] = missing
 
 
 def _utc_now() -> str:

@@ -156,7 +156,13 @@ def run_eval(engine, config: EvalConfig, *, on_progress=None) -> list[TaskResult
                 suite.verify()
             suite.prepare(source=config.source)
         suites[name] = (suite, status)
-    with pred_path.open("a", encoding="utf-8") as sink:
+    from noulengine.writes import OutputWriteError
+
+    try:  # unbuffered bytes: a failed write leaves nothing in a buffer for close() to retry
+        sink_cm = pred_path.open("ab", buffering=0)
+    except OSError as exc:
+        raise OutputWriteError(pred_path, exc, "no row was written") from exc
+    with sink_cm as sink:
         for name in names:
             suite, status = suites[name]
             res = TaskResult(name=name, status=status.state, reason=status.reason, licence=suite.licence,
@@ -178,9 +184,9 @@ def run_eval(engine, config: EvalConfig, *, on_progress=None) -> list[TaskResult
             meter = _BatchMeter(bar, engine)
             for part in _predictions(engine, todo, config, meter):
                 tokens_before = res.input_tokens
-                for (i, rec), decision in part:
-                    row = {"suite": name, "row": i, **decision}
-                    sink.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+                rows_out = [{"suite": name, "row": i, **decision} for (i, _), decision in part]
+                _append_batch(sink, pred_path, rows_out)  # the whole batch lands, or none of it
+                for ((i, rec), _), row in zip(part, rows_out):
                     done[(name, i)] = row
                     # throughput covers only what this invocation ran, never resumed rows
                     res.new_decisions += len(rec.targets)
@@ -190,7 +196,6 @@ def run_eval(engine, config: EvalConfig, *, on_progress=None) -> list[TaskResult
                         res.input_tokens += probed.get("usage", {}).get("input_tokens", 0)
                     if row.get("error") is None:
                         res.latencies.append(row.get("latency_s", 0.0))
-                sink.flush()
                 res.new_predictions += len(part)
                 res.seconds = time.perf_counter() - t0
                 if on_progress is not None:
@@ -200,6 +205,31 @@ def run_eval(engine, config: EvalConfig, *, on_progress=None) -> list[TaskResult
             res.seconds = time.perf_counter() - t0
             score_task(res, rows, done, out_dir, plots=config.plots, probe=config.probe)
     return results
+
+
+def _append_batch(sink, path: Path, rows: list[dict]) -> None:
+    """Append one batch of prediction rows to ``sink`` (the file opened ``"ab"``, unbuffered); on a write error (a full disk) cut the file
+    back to where the batch began, so it holds only whole batches and the rows it holds are the rows
+    counted, then raise.
+
+    Raises:
+        OutputWriteError: the write or the flush failed (naming ``path``).
+    """
+    from noulengine.writes import OutputWriteError
+
+    data = memoryview("".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in rows).encode("utf-8"))
+    start = sink.tell()
+    try:
+        while data:  # a raw write may take part of the bytes
+            data = data[sink.write(data):]
+    except OSError as exc:
+        kept = "the rows of earlier batches are kept; rerun the same command to resume"
+        try:
+            sink.seek(start)
+            sink.truncate(start)
+        except OSError:  # not truncatable (a device): a torn last line is dropped when the run resumes
+            kept = "a torn last line, if any, is dropped when the run resumes; " + kept
+        raise OutputWriteError(path, exc, kept) from exc
 
 
 class _BatchMeter:

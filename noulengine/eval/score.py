@@ -516,7 +516,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     text = json.dumps(report, indent=2, allow_nan=False)
     if args.output:
-        Path(args.output).write_text(text + "\n")
+        from noulengine.writes import EXIT_WRITE_ERROR, OutputWriteError, write_text_atomic
+
+        try:
+            write_text_atomic(args.output, text + "\n")
+        except OutputWriteError as exc:  # a full disk: one line, the scores are not printed as if saved
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_WRITE_ERROR
     if args.json:
         for note in report.get("notes") or []:  # said first, also when stdout is JSON
             print(f"note: {note}", file=sys.stderr)

@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     from noulengine.models.loading import ModelNotFoundError
     from noulengine.train.data import TrainingDataError
     from noulengine.train.trainer import train
+    from noulengine.writes import OutputWriteError
 
     config = TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)})
     from noulengine.threads import cli_threads
@@ -93,6 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     except (TrainingDataError, FileExistsError, FileNotFoundError, ModelNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (OSError, OutputWriteError) as exc:  # a write failed (a full disk): one line; checkpoints are whole or absent
+        from noulengine.writes import EXIT_WRITE_ERROR, write_error_from
+
+        print(f"error: {write_error_from(exc, config.output)}; {config.output} holds no finished model (its "
+              "training.json is written last); the last checkpoint, if any, is whole: free space and rerun with "
+              f"--resume {config.output}", file=sys.stderr)
+        return EXIT_WRITE_ERROR
     if result.stopped:
         from noulengine.train.checkpoint import EXIT_RESUMABLE
 

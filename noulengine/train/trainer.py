@@ -53,6 +53,7 @@ from noulengine.train.loss import batch_losses, compile_example
 from noulengine.train.methods import (ADAPTER_WEIGHTS, TRAINING_FORMAT, apply_method, check_init_adapter_files,
                                       init_lora_from_adapter, load_trainable_state, save_trained, trainable_parameters,
                                       trainable_state)
+from noulengine.writes import write_text_atomic
 
 FORMAT = TRAINING_FORMAT  # training.json's "format"; methods checks it on --init-adapter
 VERSION = 1
@@ -435,7 +436,8 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         "final": final, "files": files, "loss_curve": curve, "learning_curve": learning,
         "resumed": resume_from is not None, "segments": run_segments(),
     }
-    (output / "training.json").write_text(json.dumps(training, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    # written last and whole (a rename): a folder without it holds no finished model
+    write_text_atomic(output / "training.json", json.dumps(training, indent=1, ensure_ascii=False) + "\n")
     result.training = training
     # finished: the checkpoint could only repeat what is saved now
     for name in (ckpt.DIRNAME, f"{ckpt.DIRNAME}.old"):

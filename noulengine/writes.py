@@ -1,0 +1,74 @@
+"""Writing outputs so that a failed write (a full disk, a read-only folder, a quota) is one clear
+error, never a traceback, and never leaves half a file that looks whole.
+
+* :func:`write_text_atomic`: the text goes to ``<name>.tmp`` beside the target, then
+  :func:`os.replace` renames it over the target (atomic on POSIX); on any :class:`OSError` the
+  temporary file is removed and the target keeps its previous content (or stays absent).
+* :class:`OutputWriteError`: the one error shape of a failed write, naming the path and the
+  operating system's reason; every command prints it as one line and exits with
+  :data:`EXIT_WRITE_ERROR`.
+
+Append-only files (``eval``'s ``predictions.jsonl``) are cut back to their last complete batch
+by their writer instead (:func:`noulengine.eval.runner.run_eval`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from noulengine.records.errors import NoulEngineError
+
+# sysexits.h EX_IOERR, "an error occurred while doing I/O on some file"; beside train's 75
+# (EX_TEMPFAIL, a paused run) and 2 (refused input).
+EXIT_WRITE_ERROR = 74
+
+
+class OutputWriteError(NoulEngineError):
+    """Writing an output failed.
+
+    Attributes:
+        path: the file or folder that could not be written.
+        cause: the :class:`OSError` raised by the operating system.
+        note: what was kept (e.g. "the rows written before stay; rerun the same command to resume").
+    """
+
+    def __init__(self, path: str | Path, cause: OSError, note: str = ""):
+        self.path = Path(path)
+        self.cause = cause
+        self.note = note
+        reason = cause.strerror or str(cause)
+        code = f" ({errno.errorcode.get(cause.errno, cause.errno)})" if cause.errno else ""
+        super().__init__(f"cannot write {self.path}: {reason}{code}" + (f"; {note}" if note else ""))
+
+
+def write_text_atomic(path: str | Path, text: str, *, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` through ``<path>.tmp`` and a rename.
+
+    Raises:
+        OutputWriteError: the temporary file could not be written or renamed (it is removed; the
+            target is unchanged).
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding=encoding) as fh:
+            fh.write(text)
+            fh.flush()
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise OutputWriteError(path, exc, "its previous content, if any, is unchanged") from exc
+    return path
+
+
+def write_error_from(exc: OSError, fallback: str | Path | None = None) -> OutputWriteError:
+    """An :class:`OutputWriteError` for an OSError raised by a library's own write (torch, peft,
+    matplotlib), naming the file the OS names, else ``fallback``."""
+    if isinstance(exc, OutputWriteError):
+        return exc
+    return OutputWriteError(exc.filename or fallback or "an output file", exc)
