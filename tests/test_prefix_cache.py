@@ -91,16 +91,18 @@ def test_sliding_window_models_keep_the_tree_path(tiny_gemma3, tiny_tokenizer, m
     assert engine.decide(three_question_request()).ok
 
 
-def test_short_tree_requests_keep_the_tree_path_unless_their_prefix_is_stored(tiny_llama, tiny_tokenizer,
-                                                                              monkeypatch):
+def test_short_tree_requests_keep_the_tree_path_even_when_their_prefix_is_stored(tiny_llama, tiny_tokenizer,
+                                                                                 monkeypatch):
+    """The path is chosen from the request alone (issue #46): a short request whose state a long
+    one stored still takes the tree path, so its answer does not depend on what came before."""
     import noulengine.engine.engine as engine_module
 
     seen = []
     real = engine_module.prefix_cached_hidden_batch
     monkeypatch.setattr(engine_module, "prefix_cached_hidden_batch",
-                        lambda runner, compiled, indices, store=None, static=0: (
+                        lambda runner, compiled, indices, store=None, **kw: (
                             seen.extend(compiled[i].input_tokens for i in indices),
-                            real(runner, compiled, indices, store, static=static))[1])
+                            real(runner, compiled, indices, store, **kw))[1])
     engine = Engine.from_model(tiny_llama, tiny_tokenizer, prefix_cache_min_tokens=200)
     short, long = three_question_request(state="Short."), three_question_request(state="many words here " * 60)
     assert engine.compile(short).input_tokens < 200 <= engine.compile(long).input_tokens
@@ -110,7 +112,7 @@ def test_short_tree_requests_keep_the_tree_path_unless_their_prefix_is_stored(ti
     again["questions"]["risk"]["instructions"] = "Risk now?"
     seen.clear()
     engine.config.prefix_cache_min_tokens = 10_000
-    assert engine.decide(again).ok and len(seen) == 1  # short of the threshold, but its prefix is stored
+    assert engine.decide(again).ok and seen == []  # short of the threshold: the tree path, stored prefix or not
     with pytest.raises(ValueError, match="prefix_cache_min_tokens"):
         Engine.from_model(tiny_llama, tiny_tokenizer, prefix_cache_min_tokens=-1)
 

@@ -354,10 +354,12 @@ class Engine:
         # Linear requests and tree requests are planned apart: a batch is either causal (the
         # model's own attention) or a tree batch (dense tree mask), never a mix.
         # Tree requests use the prefix KV cache where the model allows it ("cached" batches) and
-        # where it pays: long requests, or a state whose whole prefix is already stored.
+        # where it pays: long requests, or requests with a static prefix (schema-first questions).
+        # The choice depends on the request alone, never on what the store holds: a request's
+        # path, and so its bits, are the same whatever the engine answered before (issue #46).
         cached_ok = self.config.prefix_cache and prefix_cache_unsupported(self.runner) is None
-        store = self.prefix_store
-        static, static_key = self._admit_static_prefixes(compiled) if cached_ok else ({}, {})
+        head = self._frame_head_len() if cached_ok or self.config.causal_path else 0
+        static, static_key, admitted = self._static_prefixes(compiled, head) if cached_ok else ({}, {}, set())
         groups: dict[str, list[int]] = {"causal": [], "tree": [], "cached": []}
         for i, c in enumerate(compiled):
             if c.vision is not None:
@@ -366,9 +368,8 @@ class Engine:
                 kind = "tree"
             elif self.config.causal_path and c.is_linear:
                 kind = "causal"
-            elif cached_ok and (c.input_tokens >= self.config.prefix_cache_min_tokens or i in static or (
-                    store is not None and len(store.lookup(c.token_ids, c.prefix_tokens) or ()) == c.prefix_tokens)):
-                kind = "cached"  # long, or its static prefix (schema) or whole prefix (state) is reused
+            elif cached_ok and (c.input_tokens >= self.config.prefix_cache_min_tokens or i in static):
+                kind = "cached"  # long, or a static prefix (schema) to share
             else:
                 kind = "tree"
             groups[kind].append(i)
@@ -394,15 +395,16 @@ class Engine:
             batch_static = min(static.get(i, 0) for i in indices) if len(keys) == 1 and None not in keys else 0
             if kind == "cached":
                 with torch.inference_mode():
-                    hidden = prefix_cached_hidden_batch(self.runner, compiled, indices, store=store,
-                                                        static=batch_static)
+                    hidden = prefix_cached_hidden_batch(self.runner, compiled, indices, store=store, head=head,
+                                                        static=static, keep_static=admitted)
                 n_real = n_padded = sum(compiled[i].input_tokens for i in indices)
             else:
                 batch = collate(compiled, indices, pad_id=self.pad_id, causal=kind == "causal")
                 if kind == "causal" and store is not None:
                     with torch.inference_mode():
                         hidden = causal_batch_hidden(self.runner, batch, [compiled[i] for i in indices], store,
-                                                     static=batch_static)
+                                                     head=head, static=batch_static,
+                                                     keep_static=bool(batch_static) and indices[0] in admitted)
                 else:
                     hidden = self.runner.hidden_states(batch)
                 n_real, n_padded = batch.real_tokens, batch.padded_tokens
@@ -420,30 +422,34 @@ class Engine:
         self.last_padding_share = 1.0 - real / padded if padded else 0.0
         return out
 
-    def _admit_static_prefixes(self, compiled: list[CompiledRequest]) -> tuple[dict[int, int], dict[int, int]]:
-        """Which requests' static prefixes (``CompiledRequest.static_tokens``: the questions of a
-        schema-first prompt) the prefix store should hold.
+    def _frame_head_len(self) -> int:
+        """Tokens of the frame head every request starts with (0 when the probe cannot compile)."""
+        try:
+            return len(self.compiler.frame_head_ids())
+        except NoulEngineError:  # a context window too small for the probe requests
+            return 0
 
-        A static prefix is admitted when it is already stored, when two requests of this call
-        share it, or when an earlier call saw it (the engine remembers the last 4,096 it saw):
-        a workload that repeats its questions pays for them once, and a request with questions
-        never asked before (a "cold" schema) runs as today, without an extra prefill pass for a
-        prefix nobody reuses. Only prefixes longer than the pinned frame head by the store's
-        ``min_tokens`` count (the state-first layout's static prefix is the frame head itself).
+    def _static_prefixes(self, compiled: list[CompiledRequest],
+                         head: int) -> tuple[dict[int, int], dict[int, int], set[int]]:
+        """The requests with a static prefix (``CompiledRequest.static_tokens``: the questions of a
+        schema-first prompt) long enough to share, and which of them the prefix store should keep.
+
+        A static prefix longer than the frame head by the store's ``min_tokens`` is a cut of its
+        request's canonical prefix (:func:`~noulengine.engine.prefix_store.prefix_chain`) and sends
+        the request down the prefix-cache path, whatever the store holds. It is *kept* in the store
+        when already stored, when two requests of this call share it, or when an earlier call saw it
+        (the engine remembers the last 4,096 it saw): a workload that repeats its questions pays for
+        them once. (The state-first layout's static prefix is the frame head itself.)
 
         Returns:
-            ``(static, key)``: request index -> static tokens to store, and request index -> a
-            hash of its static prefix's ids (requests with the same key are batched together; a
-            hash collision only affects batching and admission, never answers: the store itself
-            compares token ids).
+            ``(static, key, admitted)``: request index -> its static prefix length; request index
+            -> a hash of its static prefix's ids (requests with the same key are batched together;
+            a hash collision only affects batching and admission, never answers: the store itself
+            compares token ids); the request indices whose static prefix is to be stored.
         """
         store = self.prefix_store
         if store is None:
-            return {}, {}
-        try:
-            head = len(self.compiler.frame_head_ids())
-        except NoulEngineError:  # a context window too small for the probe requests
-            head = 0
+            return {}, {}, set()
         keyed: dict[int, tuple[int, int]] = {}
         counts: dict[int, int] = {}
         for i, c in enumerate(compiled):
@@ -451,17 +457,18 @@ class Engine:
                 key = hash(tuple(c.token_ids[:c.static_tokens]))
                 keyed[i] = (key, c.static_tokens)
                 counts[key] = counts.get(key, 0) + 1
-        static, static_key = {}, {}
+        static, static_key, admitted = {}, {}, set()
         for i, (key, n) in keyed.items():
+            static[i], static_key[i] = n, key
             stored = len(store.lookup(compiled[i].token_ids, n) or ()) == n
             if stored or counts[key] >= 2 or key in self._static_seen:
-                static[i], static_key[i] = n, key
+                admitted.add(i)
         for key in counts:
             self._static_seen[key] = None
             self._static_seen.move_to_end(key)
         while len(self._static_seen) > 4096:
             self._static_seen.popitem(last=False)
-        return static, static_key
+        return static, static_key, admitted
 
     def reset_prefix_cache(self, *, keep_head: bool = False) -> None:
         """Drop every cached prefix (the frame head too, unless ``keep_head``; it is prefilled

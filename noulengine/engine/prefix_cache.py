@@ -55,14 +55,18 @@ def prefix_cached_hidden(runner, compiled: CompiledRequest, store=None) -> torch
 
 
 def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices: list[int],
-                               store=None, *, static: int = 0) -> torch.Tensor:
+                               store=None, *, head: int = 0, static: dict[int, int] | None = None,
+                               keep_static: frozenset[int] | set[int] = frozenset()) -> torch.Tensor:
     """(B, L, D) final hidden states of ``B`` tree requests, computed with prefix KV caches.
 
-    Two passes for the whole batch:
+    Two steps for the whole batch:
 
-    1. the requests' prefixes (root segments) as one right-padded causal batch, after the
-       longest prefix they all share that ``store`` holds (usually the frame head); a request
-       whose whole prefix is stored (the same state again) skips this pass;
+    1. each request's prefix (its root segment) in the canonical shape
+       (:func:`~noulengine.engine.prefix_store.prefix_chain`: the frame head, its static prefix,
+       the rest, each a batch-1 prefill continuing from the one before), the pieces ``store``
+       holds reused: a request whose whole prefix is stored (the same state again) computes
+       nothing, and gets exactly the bits it would have computed, so the store's content never
+       changes an answer;
     2. the branches of every request as one batch of rows against the cached prefixes: row
        ``r`` holds one request's branches with their label-sequence candidates, the tree's own
        position ids, its prefix keys/values (padded to the longest prefix; the padding masked
@@ -74,16 +78,17 @@ def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices:
             ``requests[indices[b]]``); each request has a root segment and at least one branch.
         store: the engine's :class:`~noulengine.engine.prefix_store.PrefixKVStore` (cross-request
             prefix caching), or None. Each request's whole prefix is stored for later requests on
-            the same state; hidden states inside a reused prefix are zeros (no read lies there).
-        static: leading tokens the rows share whatever their state (a static prefix the engine
-            admitted: the questions of a schema-first prompt), prefilled and stored before the
-            prefixes' pass when not stored yet; 0 stores none.
+            the same state; hidden states inside the prefix are zeros (no read lies there).
+        head: the frame head's length (every request's first cut; 0: none).
+        static: request index -> its static prefix length (the questions of a schema-first prompt,
+            a cut of its chain); absent: none.
+        keep_static: request indices whose static prefix the engine admitted to the store.
 
     Returns:
         The tree path's hidden states (within float tolerance) at every position this call
         computed, model dtype, on device; ``L`` = the longest request.
     """
-    from noulengine.engine.prefix_store import PrefixEntry, cache_for_rows, store_static_prefix
+    from noulengine.engine.prefix_store import PrefixEntry, cache_for_rows, prefix_chain
 
     dev = runner.device
     rows_req = [requests[i] for i in indices]
@@ -91,47 +96,20 @@ def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices:
     hidden = torch.zeros(len(rows_req), width, runner.config.hidden_size, dtype=runner.dtype, device=dev)
     prefix_len = [c.prefix_tokens for c in rows_req]
 
-    # 1. prefixes: per request, (keys, values) per layer of shape (1, h, p, d)
-    prefix_kv: list[tuple[list[torch.Tensor], list[torch.Tensor]] | None] = [None] * len(rows_req)
-    todo = []
-    for b, c in enumerate(rows_req):
-        whole = store.lookup(c.token_ids, prefix_len[b]) if store is not None else None
-        if whole is not None and len(whole) == prefix_len[b]:
-            prefix_kv[b] = (whole.keys, whole.values)
-            store.record(c.input_tokens, len(whole))
-        else:
-            todo.append(b)
-    if todo:
-        first = rows_req[todo[0]].token_ids
-        # shorter than every todo prefix: a stored entry as long as one would have been a whole hit
-        shared = shared_root_prefix([rows_req[b] for b in todo])
-        base = store.lookup(first, shared) if store is not None else None
-        found = len(base) if base is not None else 0  # what came from the cache (the first row's hit)
+    # 1. prefixes: per request, (keys, values) per layer of shape (1, h, p, d), in the canonical shape
+    static = static or {}
+    prefix_kv: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []
+    for b, (i, c) in enumerate(zip(indices, rows_req)):
+        p, s = prefix_len[b], static.get(i, 0)
+        cuts = [x for x in (head, s, p) if 0 < x <= p]
+        keep_end = store is not None and p - max([x for x in (head, s) if x < p] or [0]) >= store.min_tokens
+        entry, last_hidden, reused = prefix_chain(runner, store, c.token_ids, cuts, static=s if s in cuts else 0,
+                                                  keep_static=i in keep_static, keep_end=keep_end)
         if store is not None:
-            base = store_static_prefix(runner, store, first, min(static, shared), base)
-        n = len(base) if base is not None else 0
-        span = max(prefix_len[b] for b in todo) - n
-        ids = torch.zeros((len(todo), span), dtype=torch.long)
-        pos = torch.zeros((len(todo), span), dtype=torch.long)
-        for row, b in enumerate(todo):
-            k = prefix_len[b] - n
-            ids[row, :k] = torch.tensor(rows_req[b].token_ids[n:prefix_len[b]], dtype=torch.long)
-            pos[row, :k] = torch.arange(n, prefix_len[b])
-        cache = cache_for_rows(runner, base, len(todo))
-        # right padding: the model's own causal mask is exact for every real token
-        out = runner.forward_with_cache(ids.to(dev), pos.to(dev), None, cache)
-        for row, b in enumerate(todo):
-            p = prefix_len[b]
-            hidden[b, n:p] = out[row, :p - n]
-            keys = [layer.keys[row:row + 1, :, :p] for layer in cache.layers]
-            values = [layer.values[row:row + 1, :, :p] for layer in cache.layers]
-            prefix_kv[b] = (keys, values)
-            if store is not None:
-                # the row that paid for a static prefix prefilled just now counts it as a miss
-                store.record(rows_req[b].input_tokens, found if row == 0 else n)
-                if store.worth_storing(p, base):  # copies: a view (even a contiguous one) keeps the batch alive
-                    store.insert(PrefixEntry(tuple(rows_req[b].token_ids[:p]), [k.clone() for k in keys],
-                                             [v.clone() for v in values]))
+            store.record(c.input_tokens, reused)
+        if last_hidden is not None:
+            hidden[b, p - last_hidden.shape[0]:p] = last_hidden
+        prefix_kv.append((entry.keys, entry.values))
 
     # 2. branches: one row per (request, child of its root)
     # 2. one row per request: all its branches (and label-sequence candidates) packed as in the tree,

@@ -19,6 +19,14 @@ tokenization (never re-tokenized pieces), only for positions ``0 .. n-1`` of the
 values are the ones the request's own pass computes, up to float rounding from different matmul
 shapes (``tests/test_prefix_store.py``: answers within 1e-5 of the tree path in float32).
 
+Determinism (issue #46): every stored entry is computed in one canonical shape, by
+:func:`prefix_chain`: a request's prefix is cut at fixed points that depend on the request alone
+(the frame head, its static prefix when it has one, its whole root segment) and each piece is a
+batch-1 :func:`prefill` continuing from the one before. A request that finds a piece stored reuses
+exactly the bits it would have computed, so what the store holds (what the server answered
+before) never changes an answer; only the batch a request shares a pass with can
+(docs/serving.md#determinism).
+
 Hit rate, as vLLM reports it: prompt tokens whose keys/values came from the cache over prompt
 tokens looked up (:class:`PrefixCacheStats`).
 """
@@ -244,45 +252,86 @@ def prefill(runner, ids: Sequence[int], base: PrefixEntry | None = None) -> tupl
 
 
 
-def store_static_prefix(runner, store: PrefixKVStore, ids: Sequence[int], static: int,
-                        entry: PrefixEntry | None) -> PrefixEntry | None:
-    """Prefill and store ``ids[:static]`` (a static prefix: the tokens requests share whatever their
-    state, e.g. the schema-first layout's questions) when it is longer than ``entry`` (the longest
-    stored prefix of ``ids``) by ``store.min_tokens``; returns the longest entry now stored."""
-    if static > 0 and store.worth_storing(static, entry):
-        entry, _ = prefill(runner, ids[:static], entry)
-        entry.static = True
-        store.insert(entry)
-    return entry
+def exact_entry(store: PrefixKVStore | None, ids: Sequence[int], n: int) -> PrefixEntry | None:
+    """The stored entry of exactly ``ids[:n]``, or None (a shorter stored prefix does not count)."""
+    if store is None or n <= 0:
+        return None
+    entry = store.lookup(ids, n)
+    return entry if entry is not None and len(entry) == n else None
 
 
-def causal_batch_hidden(runner, batch, requests, store: PrefixKVStore, *, static: int = 0) -> torch.Tensor:
+def prefix_chain(runner, store: PrefixKVStore | None, ids: Sequence[int], cuts: Sequence[int], *,
+                 static: int = 0, keep_static: bool = False, keep_end: bool = False,
+                 ) -> tuple[PrefixEntry | None, torch.Tensor | None, int]:
+    """Keys and values of ``ids[:cuts[-1]]`` in the canonical shape: piece by piece at the cut points.
+
+    Each piece ``[cuts[k-1], cuts[k])`` is a batch-1 :func:`prefill` continuing from the entry of
+    the piece before, so the entry of a cut is the same bits however often, and after whatever else,
+    it is computed; the longest cut already stored is reused and only the pieces after it computed.
+
+    Args:
+        runner: the engine's :class:`~noulengine.engine.model_runner.ModelRunner`.
+        store: the prefix store, or None (every piece computed, nothing kept).
+        ids: the request's token ids.
+        cuts: increasing cut points (token counts), e.g. ``(frame head, static prefix, root
+            segment)``; zeros and repeats are ignored.
+        static: the cut that is a static prefix (stored as :attr:`PrefixEntry.static`), or 0.
+        keep_static: store the static cut's entry (the engine admitted it).
+        keep_end: store the last cut's entry (a state asked again reuses it whole).
+
+    Returns:
+        ``(entry, hidden, reused)``: the last cut's entry (None when ``cuts`` is empty), the ``(n,
+        D)`` hidden states of the last piece computed (None when nothing was), and how many tokens
+        came from the store.
+    """
+    points = sorted({int(c) for c in cuts if c > 0})
+    entry, start = None, 0
+    for k in range(len(points) - 1, -1, -1):  # the longest stored cut
+        found = exact_entry(store, ids, points[k])
+        if found is not None:
+            entry, start = found, k + 1
+            break
+    reused = len(entry) if entry is not None else 0
+    hidden = None
+    for k in range(start, len(points)):
+        entry, hidden = prefill(runner, ids[:points[k]], entry)
+        last = k == len(points) - 1
+        if points[k] == static:
+            entry.static = True
+        if store is not None and ((points[k] == static and keep_static) or (last and keep_end)):
+            store.insert(entry)
+    return entry, hidden, reused
+
+
+def causal_batch_hidden(runner, batch, requests, store: PrefixKVStore, *, head: int = 0, static: int = 0,
+                        keep_static: bool = False) -> torch.Tensor:
     """(B, L, D) final hidden states of a causal batch (linear requests), reusing cached prefixes.
 
-    The rows' shared prefix (their longest common token prefix, within every row's root segment)
-    is looked up in ``store``; ``static`` leading tokens (a static prefix all rows share, admitted
-    by the engine: the questions of a schema-first prompt) are prefilled and stored first, even for
-    one row; when the batch has several rows and the shared prefix is longer than the cached one by
-    ``store.min_tokens``, the rest is prefilled once and stored. Every row
-    then runs only its tokens after the cached prefix, against the cache expanded to ``B`` rows,
-    with position ids continuing from the prefix; right padding keeps the model's own causal
-    attention exact. Positions inside the cached prefix hold zeros (they are never read: reads lie
-    after the root segment).
+    The rows' common canonical prefix (:func:`prefix_chain`: the frame head, then ``static``
+    leading tokens all rows share, the questions of a schema-first prompt) comes from ``store`` or is
+    prefilled (the static piece stored when ``keep_static``: the engine admitted it). When the batch
+    has several rows and their shared prefix is longer by ``store.min_tokens``, the rest is prefilled
+    once for the batch (not stored: it is a piece of this batch, not of a request). Every row then
+    runs only its tokens after that prefix, against the cache expanded to ``B`` rows, with position
+    ids continuing from the prefix; right padding keeps the model's own causal attention exact.
+    Positions inside the prefix hold zeros (they are never read: reads lie after the root segment).
 
     Args:
         runner: the engine's :class:`~noulengine.engine.model_runner.ModelRunner`.
         batch: a causal :class:`~noulengine.engine.batching.Batch`.
         requests: the batch's compiled requests, in row order.
         store: the engine's prefix store (counts one query per request).
+        head: the frame head's length (every request's first cut).
+        static: the static prefix all rows share (0: none).
+        keep_static: store the static piece.
     """
     first = requests[0].token_ids
     shared = shared_root_prefix(requests)
-    entry = store.lookup(first, shared)
-    base_len = len(entry) if entry is not None else 0
-    entry = store_static_prefix(runner, store, first, min(static, shared), entry)
+    cuts = [c for c in (head, static) if 0 < c <= shared]
+    entry, _, base_len = prefix_chain(runner, store, first, cuts, static=static if static in cuts else 0,
+                                      keep_static=keep_static)
     if len(requests) > 1 and store.worth_storing(shared, entry):
         entry, _ = prefill(runner, first[:shared], entry)
-        store.insert(entry)
     n = len(entry) if entry is not None else 0
     for row, r in enumerate(requests):
         store.record(r.input_tokens, base_len if row == 0 else n)
