@@ -52,7 +52,10 @@ case "$extras" in
     || step "llama-cpp-python has no prebuilt Linux wheel: building it from source or reusing a cached wheel (~9 min on 2 cores the first time, seconds after)" ;;
 esac
 step "installing noulengine${extras} (editable) and its dependencies"
-python -m pip install -q -e ".${extras}"
+# setuptools prints an "Editable installation ... be careful with folders ... with the same name as
+# your package" banner on every editable build of a flat layout; noulengine/ is the package itself,
+# so the banner is only noise: the filter (by its message, for the build backend) drops it.
+PYTHONWARNINGS="ignore:Editable installation" python -m pip install -q -e ".${extras}"
 if [ "$dev" = 1 ]; then
   bash scripts/setup_chromium.sh  # the demo-page test's browser (apt-get only when missing and usable)
 fi

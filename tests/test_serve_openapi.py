@@ -68,6 +68,32 @@ def test_openapi_document_declares_both_routes(client):
     assert docs.status_code == 200 and "/openapi.json" in docs.text
 
 
+def test_openapi_document_offers_only_what_this_server_can_do(client):
+    """Issue #46 item 3: a text-only server without an LLM offered `images` and `escalate`, then
+    answered 400 to both; a client generated from the document failed. Now the document admits only
+    null there, and the server accepts what it admits."""
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    for req in ("SystemOneRequest", "DecideRequest"):
+        assert schemas[req]["properties"]["images"]["type"] == "null"
+    assert schemas["DecideRequest"]["properties"]["escalate"]["anyOf"] == [{"const": False}, {"type": "null"}]
+    validator = _validator(client.get("/openapi.json").json(), "DecideRequest")
+    for extra, admitted, status in (({"escalate": False}, True, 200), ({"escalate": None}, True, 200),
+                                    ({"escalate": True}, False, 400),
+                                    ({"images": [{"data": "aGk=", "mime": "image/png"}]}, False, 400)):
+        body = {**three_question_request(), **extra}
+        assert validator.is_valid(body) is admitted, extra
+        assert client.post("/v1/decide", json=body).status_code == status, extra
+
+
+def test_a_server_with_an_llm_offers_escalate(engine):
+    from noulengine.escalate.config import EscalationConfig
+
+    cfg = ServeConfig(model_name="tiny", escalation=EscalationConfig(url="http://127.0.0.1:9/v1"))
+    with TestClient(create_app(engine, cfg)) as c:
+        escalate = c.get("/openapi.json").json()["components"]["schemas"]["DecideRequest"]["properties"]["escalate"]
+    assert escalate.get("anyOf") != [{"const": False}, {"type": "null"}] and "true" in escalate["description"]
+
+
 def test_openapi_document_follows_the_server_settings(engine):
     cfg = ServeConfig(model_name="tiny", api_key="k", max_questions={"decide": 3, "systemone": None})
     with TestClient(create_app(engine, cfg)) as c:

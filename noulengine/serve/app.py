@@ -127,7 +127,8 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         if app.openapi_schema is None:
             base = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             app.openapi_schema = openapi_document(base, {r: config.question_cap(r) for r in ROUTES},
-                                                  keyed=config.api_key is not None, models=tuple(accepted_models))
+                                                  keyed=config.api_key is not None, models=tuple(accepted_models),
+                                                  images=supports_images, escalation=escalator is not None)
         return app.openapi_schema
 
     app.openapi = openapi

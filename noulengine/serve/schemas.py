@@ -529,12 +529,16 @@ def component_schemas() -> dict:
     return top["$defs"]
 
 
-def openapi_document(base: dict, caps: dict, keyed: bool, models: tuple = ()) -> dict:
+def openapi_document(base: dict, caps: dict, keyed: bool, models: tuple = (), *, images: bool = True,
+                     escalation: bool = True) -> dict:
     """FastAPI's generated document (paths, info) with the two POST routes' bodies and every
     route's answers declared from the models above; ``caps`` (``{"decide": 16, ...}``, None for
     no cap) become ``maxProperties`` of each route's ``questions``; ``keyed`` adds the API-key
     security schemes to the routes that need the key; ``models`` (the accepted model names) become
-    the enum of ``/v1/systemone``'s ``model``."""
+    the enum of ``/v1/systemone``'s ``model``. The document offers only what this server can do:
+    without ``images`` (a text-only model) a request's ``images`` may only be null, and without
+    ``escalation`` (no ``--escalate-url``) ``/v1/decide``'s ``escalate`` may only be false or null,
+    so a client generated from it never sends what the server answers 400 (issue #46)."""
     doc = dict(base)
     components = dict(doc.get("components") or {})
     schemas = dict(components.get("schemas") or {})
@@ -555,6 +559,18 @@ def openapi_document(base: dict, caps: dict, keyed: bool, models: tuple = ()) ->
         questions["description"] = (f"Question id -> question, 1 to {cap} (this server's --max-questions "
                                     f"{name}={cap})." if cap is not None else "Question id -> question (no cap here).")
         schemas[req] = {**schemas[req], "properties": {**schemas[req]["properties"], "questions": questions}}
+    if not images:
+        for req in ("SystemOneRequest", "DecideRequest"):
+            props = dict(schemas[req]["properties"])
+            props["images"] = {"type": "null", "description": "This server's model is text-only: a request with "
+                                                              "images gets 400 unsupported_modality; null or omitted."}
+            schemas[req] = {**schemas[req], "properties": props}
+    if not escalation:
+        props = dict(schemas["DecideRequest"]["properties"])
+        props["escalate"] = {"anyOf": [{"const": False}, {"type": "null"}],
+                             "description": "This server has no LLM to escalate to (no --escalate-url): false or "
+                                            "null only; true or options get 400 escalation_unavailable."}
+        schemas["DecideRequest"] = {**schemas["DecideRequest"], "properties": props}
     schemas.pop("HTTPValidationError", None)
     schemas.pop("ValidationError", None)
     components["schemas"] = schemas
