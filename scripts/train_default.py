@@ -130,6 +130,13 @@ MIXES = {
     # yes/no and tools on their own kinds but stayed at chance on typed_decisions, whose states are
     # workflow evidence; v3 showed 120 scenario records per kind barely move one epoch. CONTINUE below.
     "v5": {"name": "noul-smollm2-135m-v5", "continues": "v4"},
+    # v6 = v5's continuation with every scenario yes/no field balanced (issue #45): in v5's data the
+    # scenario statements were true on 16-30% of records (duplicate invoice 16%, needs a human 30%,
+    # constraint broken 20%) and the tool statements' wording gave the answer ("can serve" always
+    # yes, "is the right one" always no); v5 then answered several typed_decisions fields with one
+    # label. Here each statement is asked in its negated wording half the time and each tool wording
+    # names the gold tool or a distractor with equal chance (scenarios.generate(balanced_nouls=True)).
+    "v6": {"name": "noul-smollm2-135m-v6", "continues": "v4", "balanced_nouls": True},
 }
 # v5's rows: 1,600 scenario records (320 per kind, levels 0-4, their own seed) and an equal replay
 # of v4's train rows (a seeded sample: AG News, WildJailbreak, procedural, tools and nouls in v4's
@@ -390,7 +397,8 @@ def build_continuation_data(data_dir: Path, out: Path, mix: str) -> dict:
         return [json.loads(line) for line in Path(path).open(encoding="utf-8")]
 
     def scen(n: int, s: int, role: str | None) -> list[dict]:
-        recs = [r for r in scenarios.generate(n, seed=s) if index.overlap(r["id"], r["state"]) is None]
+        recs = [r for r in scenarios.generate(n, seed=s, balanced_nouls=plan.get("balanced_nouls", False))
+                if index.overlap(r["id"], r["state"]) is None]
         return [{**r, "validation_role": role} for r in recs] if role else recs
 
     fresh = scen(CONTINUE["scenarios"], seed, None)

@@ -172,3 +172,31 @@ def test_same_records_under_any_hash_seed():
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": h}).stdout for h in ("1", "2")}
     assert len(outs) == 1 and json.loads(outs.pop()) == S.generate(200, seed=5)
+
+
+def test_balanced_nouls_make_yes_half_of_every_field_and_no_wording_predict_it():
+    """Issue #45: v5's scenario statements were true on 16-30% of records and its tool wordings gave
+    the answer ("can serve" always yes, "is the right one" always no). With balanced_nouls each
+    kind's yes/no gold is near half yes, and within each tool wording too."""
+    import re
+    from collections import Counter, defaultdict
+
+    def shares(records):
+        per_kind, per_wording = defaultdict(Counter), defaultdict(Counter)
+        for r in records:
+            for f, q in r["questions"].items():
+                if q["type"] == "noul":
+                    label = r["targets"][f]["label"]
+                    per_kind[r["category"]][label] += 1
+                    if r["category"] == "scenario:tool_routing":
+                        per_wording[re.sub(r"'[^']*'", "'X'", q["instructions"])][label] += 1
+        rate = lambda c: c["yes"] / sum(c.values())  # noqa: E731
+        return {k: rate(c) for k, c in per_kind.items()}, {k: rate(c) for k, c in per_wording.items()}
+
+    plain_kinds, plain_wordings = shares(S.generate(1000, seed=11))
+    kinds, wordings = shares(S.generate(1000, seed=11, balanced_nouls=True))
+    assert sorted(plain_wordings.values()) == [0.0, 1.0]  # the shortcut the balanced mix removes
+    assert min(plain_kinds.values()) < 0.3
+    assert all(0.4 <= v <= 0.6 for v in kinds.values()), kinds
+    assert len(wordings) == 2 and all(0.4 <= v <= 0.6 for v in wordings.values()), wordings
+    assert S.generate(50, seed=3) == S.generate(50, seed=3, balanced_nouls=False)  # the default is v3/v5's

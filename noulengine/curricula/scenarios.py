@@ -23,6 +23,7 @@ returns the same records for the same arguments (ids ``scen-<seed>-<index>``).
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Callable
 
@@ -61,6 +62,19 @@ def _levels(rng: random.Random, instructions: tuple[str, ...], variants: tuple[t
     return _score(rng.choice(instructions), list(rng.choice(variants)), level)
 
 
+def _statement(rng: random.Random, balanced: bool, wordings: tuple[tuple[str, str], ...], truth: bool,
+               yes: str | None = None, no: str | None = None):
+    """A yes/no question on one statement. ``wordings`` are (statement, its negation) pairs, one drawn;
+    with ``balanced`` the negation is asked half the time (the gold flipped, the yes/no descriptions
+    swapped), so a field's gold is "yes" half the time whatever the base rate of ``truth``: v5's
+    scenario statements were true on 16-30% of records, and v5 answered them "no" throughout. Without
+    ``balanced`` no extra random number is drawn (the v3 and v5 mixes stay byte-identical)."""
+    positive, negative = rng.choice(wordings) if len(wordings) > 1 else wordings[0]  # one wording: no draw
+    if balanced and rng.random() < 0.5:
+        return _noul(negative, not truth, rng, no, yes)
+    return _noul(positive, truth, rng, yes, no)
+
+
 # -- agent_trace ---------------------------------------------------------------------------------
 
 _TASKS_READ = ("Summarise last week's error logs for the payments service.", "List the open pull requests older than 30 days.",
@@ -74,7 +88,7 @@ _CONSTRAINTS = ("Do not modify production resources.", "Stay within a $20 cloud 
                 "Ask before any irreversible change.", "Only touch hosts tagged 'staging'.", "Finish within 15 minutes.")
 
 
-def _agent_trace(rng, level):
+def _agent_trace(rng, level, balanced: bool = False):
     """Rules: outcome = harmful if a constraint was violated, else failure if the run ended
     unfinished with tool errors on at least half its steps, else partial if it ended unfinished or
     with tool errors, else success. risk = 3 if a constraint was violated, 2 if any irreversible
@@ -144,9 +158,12 @@ def _agent_trace(rng, level):
         lambda: _levels(rng, ("How risky was the agent's behaviour in this trace?", "Rate the risk of what the agent did."),
                         risk_levels, risk),
         lambda: _levels(rng, ("How quickly does this trace need attention?", "How urgent is this trace?"), URGENCY, urgency),
-        lambda: _noul(rng.choice(("This trace requires human review.", "A person should look at this run.")),
-                      outcome in ("harmful", "failure"), rng, "A human should inspect this run.", "No human attention is warranted."),
-        lambda: _noul("The agent broke one of its constraints.", violations > 0, rng),
+        lambda: _statement(rng, balanced, (("This trace requires human review.", "This trace needs no human review."),
+                                           ("A person should look at this run.", "No person needs to look at this run.")),
+                           outcome in ("harmful", "failure"), "A human should inspect this run.",
+                           "No human attention is warranted."),
+        lambda: _statement(rng, balanced, (("The agent broke one of its constraints.",
+                                            "The agent kept every one of its constraints."),), violations > 0),
     ]
 
 
@@ -156,7 +173,7 @@ _VENDORS = ("Northwind Supplies", "Blue Harbor Tools", "Kestrel Paper Co", "Orbi
             "Granite Hardware", "Sunline Electrics", "Pioneer Packaging")
 
 
-def _invoice_match(rng, level):
+def _invoice_match(rng, level, balanced: bool = False):
     """Three-way match rules: the invoice matches when invoiced qty = received qty <= ordered qty and
     the unit price equals the order's (invoice total = qty x unit). Discrepancy = |invoice total -
     matched total|: 0 none, < $1 trivial, < 10 % moderate, else material (a duplicate or a missing
@@ -227,10 +244,15 @@ def _invoice_match(rng, level):
                      dispositions, disposition),
         lambda: _levels(rng, ("How material is any discrepancy between the invoice, the order and the delivery?",
                               "Rate the mismatch between invoice, order and receipt."), sev_levels, severity),
-        lambda: _noul(rng.choice(("The invoice reconciles with the purchase order and the recorded delivery.",
-                                  "Invoice, order and delivery agree.")), matches, rng,
-                      "Line items, quantities and amounts reconcile.", "There is a discrepancy against the order or the delivery."),
-        lambda: _noul("This invoice appears to duplicate an invoice already submitted.", duplicate, rng),
+        lambda: _statement(rng, balanced, (("The invoice reconciles with the purchase order and the recorded delivery.",
+                                            "The invoice does not reconcile with the purchase order and the recorded "
+                                            "delivery."),
+                                           ("Invoice, order and delivery agree.",
+                                            "Invoice, order and delivery disagree somewhere.")), matches,
+                           "Line items, quantities and amounts reconcile.",
+                           "There is a discrepancy against the order or the delivery."),
+        lambda: _statement(rng, balanced, (("This invoice appears to duplicate an invoice already submitted.",
+                                            "This invoice duplicates no invoice already submitted."),), duplicate),
         lambda: _levels(rng, ("How time-sensitive is processing this invoice?", "How soon must this invoice be handled?"),
                         URGENCY, urgency),
     ]
@@ -253,7 +275,7 @@ _RULES = {  # rule -> (description, evidence template, is a credential signal)
 _COUNTRIES = ("Norway", "Brazil", "Japan", "Kenya", "Canada", "Peru", "Vietnam", "Poland")
 
 
-def _security_alert(rng, level):
+def _security_alert(rng, level, balanced: bool = False):
     """Rules: a benign explanation (the source is on the allowlist, or a change window is active)
     makes the alert a false positive; otherwise it is a true positive. A credential compromise is a
     true positive of a credential rule (impossible travel, brute force, admin grant). Severity: 0 no
@@ -314,11 +336,13 @@ def _security_alert(rng, level):
                      dispositions, disposition),
         lambda: _levels(rng, ("How severe is the potential impact if this alert is real?", "Rate the blast radius."),
                         sev_levels, severity),
-        lambda: _noul("This alert reflects genuinely malicious or unauthorised activity.", true_positive, rng,
-                      "The underlying behaviour is malicious or unauthorised.",
-                      "Benign activity, a misconfiguration, or a known false positive."),
-        lambda: _noul("The evidence indicates a credential or account has been compromised.",
-                      true_positive and credential_rule, rng),
+        lambda: _statement(rng, balanced, (("This alert reflects genuinely malicious or unauthorised activity.",
+                                            "This alert reflects benign or authorised activity."),), true_positive,
+                           "The underlying behaviour is malicious or unauthorised.",
+                           "Benign activity, a misconfiguration, or a known false positive."),
+        lambda: _statement(rng, balanced, (("The evidence indicates a credential or account has been compromised.",
+                                            "The evidence shows no credential or account has been compromised."),),
+                           true_positive and credential_rule),
         lambda: _levels(rng, ("How quickly must a responder act on this alert?",), URGENCY, urgency),
     ]
 
@@ -342,7 +366,7 @@ _MOOD = {0: ("", " Thanks!"), 1: (" This is a bit annoying.", " Honestly a littl
          3: (" Fix this today or I cancel and dispute the charge.", " I am done: close my account unless this is solved now.")}
 
 
-def _support_thread(rng, level):
+def _support_thread(rng, level, balanced: bool = False):
     """Rules: the category is the topic of the customer's opening message. Churn risk is the mood
     the customer states (0 none, 1 mild frustration, 2 repeat problem or complaint, 3 a threat to
     cancel or dispute). Action: churn 3 -> escalate to a human; a refund with an order number given
@@ -407,9 +431,11 @@ def _support_thread(rng, level):
         lambda: _ask(rng, ("What should the assistant do next with this conversation?", "Choose the next step."), actions, action),
         lambda: _levels(rng, ("How likely is this customer to stop doing business with us because of this interaction?",
                               "Rate the churn risk."), churn_levels, churn),
-        lambda: _noul("This conversation requires a human agent rather than automated handling.",
-                      action in ("escalate_to_human", "execute_refund"), rng,
-                      "A human must take over: judgement, authority or empathy is required.", "Automation can carry this to resolution."),
+        lambda: _statement(rng, balanced, (("This conversation requires a human agent rather than automated handling.",
+                                            "This conversation can be handled automatically, without a human "
+                                            "agent."),), action in ("escalate_to_human", "execute_refund"),
+                           "A human must take over: judgement, authority or empathy is required.",
+                           "Automation can carry this to resolution."),
         lambda: _levels(rng, ("How time-sensitive is this conversation?",), URGENCY, urgency),
     ]
 
@@ -457,7 +483,7 @@ def _tool_name(rng, action: str, obj: str, style: int) -> str:
     return f"{action.title()} {' '.join(w.title() for w in _OBJECTS[obj][1].split())}"
 
 
-def _tool_routing(rng, level):
+def _tool_routing(rng, level, balanced: bool = False):
     """Rule: the request names one object (weather, flights, ...); the gold tool serves that object.
     Levels add tools: level 0-1 distractors serve other objects; from level 2 one distractor serves
     the same object with another action (the request's action then decides), and the catalogue grows
@@ -490,9 +516,21 @@ def _tool_routing(rng, level):
         lambda: _choice(rng.choice(("Which single tool from the catalog should be called for this request?",
                                     "Which tool answers this request?", "Route the request to one tool.")),
                         {n: d for _, _, n, d in catalogue}, gold_name),
-        lambda: _noul(f"The tool '{gold_name}' can serve this request.", True, rng),
-        lambda: _noul(f"The tool '{rng.choice([n for _, _, n, _ in catalogue if n != gold_name])}' is the right one for this request.", False, rng),
+        lambda: _tool_statement(rng, balanced, "The tool '{}' can serve this request.", gold_name, catalogue, True),
+        lambda: _tool_statement(rng, balanced, "The tool '{}' is the right one for this request.", gold_name,
+                                catalogue, False),
     ]
+
+
+def _tool_statement(rng, balanced: bool, template: str, gold_name: str, catalogue, gold: bool):
+    """A yes/no question naming one tool. Unbalanced (v3, v5), each wording named one side only
+    ("can serve": always the gold tool, "is the right one": always a distractor), so the wording
+    alone gave the answer; with ``balanced`` either wording names the gold tool or a distractor
+    with equal chance, and only the catalogue and the request tell them apart."""
+    if balanced:
+        gold = rng.random() < 0.5
+    name = gold_name if gold else rng.choice([n for _, _, n, _ in catalogue if n != gold_name])
+    return _noul(template.format(name), gold, rng)
 
 
 SCENARIOS: dict[str, Callable] = {
@@ -501,12 +539,19 @@ SCENARIOS: dict[str, Callable] = {
 }
 
 
-def generate(n: int, seed: int = 0, *, kinds: tuple[str, ...] | None = None, levels: tuple[int, ...] = LEVELS) -> list[dict]:
+def generate(n: int, seed: int = 0, *, kinds: tuple[str, ...] | None = None, levels: tuple[int, ...] = LEVELS,
+             balanced_nouls: bool = False) -> list[dict]:
     """``n`` records, kinds and levels cycled evenly, deterministic in ``seed`` (ids ``scen-<seed>-<i>``,
     ``category`` ``scenario:<kind>``; ``task`` and ``level`` are metadata that never reach the model).
+
+    ``balanced_nouls``: every yes/no statement is asked in its negated wording half the time, and the
+    tool statements name the gold tool or a distractor with equal chance (:func:`_statement`,
+    :func:`_tool_statement`), so "yes" is the gold on about half of each field's questions and no
+    wording predicts the answer. Off (the default), the records are those of the v3 and v5 mixes.
 
     Raises:
         KeyError: an unknown kind.
     """
-    return generate_from(SCENARIOS, n, seed, tasks=kinds, levels=levels, id_prefix="scen", what="scenario kind",
+    table = SCENARIOS if not balanced_nouls else {k: functools.partial(f, balanced=True) for k, f in SCENARIOS.items()}
+    return generate_from(table, n, seed, tasks=kinds, levels=levels, id_prefix="scen", what="scenario kind",
                          max_questions=5, category="scenario")
