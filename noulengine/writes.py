@@ -66,6 +66,30 @@ def write_text_atomic(path: str | Path, text: str, *, encoding: str = "utf-8") -
     return path
 
 
+def saving(path: str | Path, what: str = ""):
+    """A context for a library's own write (``torch.save``, safetensors, peft's ``save_pretrained``):
+    any :class:`OSError`, or the ``RuntimeError`` / ``SafetensorError`` those libraries raise for a
+    failed write, becomes :class:`OutputWriteError` naming ``path``; a partial temporary folder is
+    the caller's to leave unmarked (checkpoints are renamed into place only when whole)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def guard():
+        try:
+            yield
+        except OutputWriteError:
+            raise
+        except OSError as exc:
+            raise OutputWriteError(exc.filename or path, exc, what) from exc
+        except Exception as exc:  # noqa: BLE001 - torch: RuntimeError, safetensors: SafetensorError
+            if type(exc).__name__ not in ("RuntimeError", "SafetensorError"):
+                raise
+            raise OutputWriteError(path, OSError(None, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"),
+                                   what) from exc
+
+    return guard()
+
+
 def write_error_from(exc: OSError, fallback: str | Path | None = None) -> OutputWriteError:
     """An :class:`OutputWriteError` for an OSError raised by a library's own write (torch, peft,
     matplotlib), naming the file the OS names, else ``fallback``."""

@@ -151,7 +151,7 @@ def test_a_tiny_budget_evicts_and_stays_exact(tiny_llama, tiny_tokenizer):
     requests = [three_question_request(state=f"event {i} " * (10 + i)) for i in range(6)]
     assert _max_diff(fast.decide_batch(requests), tree.decide_batch(requests)) <= 1e-5
     assert store.nbytes <= store.max_bytes and store.stats.evictions >= 1
-    assert head.ids in store._entries  # pinned
+    assert (0, head.ids) in store._entries  # pinned (keyed by adapter slot and ids)
 
 
 def test_sliding_window_models_have_no_store(tiny_gemma3, tiny_tokenizer):

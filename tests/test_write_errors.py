@@ -19,7 +19,7 @@ from noulengine.writes import EXIT_WRITE_ERROR, OutputWriteError, write_text_ato
 from tests.conftest import SHARED_DATA
 
 FULL = Path("/dev/full")
-needs_dev_full = pytest.mark.skipif(not FULL.exists(), reason="no /dev/full on this system")
+needs_dev_full = pytest.mark.skipif(not FULL.is_char_device(), reason="no /dev/full device on this system")
 needs_jevbench = pytest.mark.skipif(not (SHARED_DATA / "jevbench" / "easy.jsonl").is_file(),
                                     reason="shared jevbench data not present")
 
@@ -174,7 +174,7 @@ def test_calibrate_and_train_on_a_full_disk_exit_74_with_one_line(tmp_path, monk
     vfile = tmp_path / "v.jsonl"
     vfile.write_text("".join(json.dumps(r) + "\n" for r in rows))
     monkeypatch.setattr(noulengine.cli, "engine_from_args", lambda args: _FakeEngine())
-    if FULL.exists():
+    if FULL.is_char_device():
         _full(tmp_path / "cal.json.tmp")
         assert calibrate_main(["--validation", str(vfile), "--output", str(tmp_path / "cal.json"), "--no-progress",
                                "--no-plots"]) == EXIT_WRITE_ERROR
@@ -182,13 +182,16 @@ def test_calibrate_and_train_on_a_full_disk_exit_74_with_one_line(tmp_path, monk
         assert len(err) == 1 and "cal.json: No space left on device" in err[0]
         assert not (tmp_path / "cal.json").exists()
 
-    def full_disk(config):
-        raise OSError(errno.ENOSPC, "No space left on device", str(Path(config.output) / "adapter_model.safetensors"))
+    def full_disk(config):  # what torch.save raises when the disk fills under a checkpoint
+        from noulengine.writes import saving
+
+        with saving(Path(config.output) / "checkpoint", "the previous checkpoint, if any, is kept"):
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
+                               "data/0: file write failed")
 
     monkeypatch.setattr(trainer, "train", full_disk)
     data = tmp_path / "t.jsonl"
     data.write_text("")
     assert train_main(["--data", str(data), "--output", str(tmp_path / "m")]) == EXIT_WRITE_ERROR
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error")]
-    assert len(err) == 1 and "adapter_model.safetensors: No space left on device (ENOSPC)" in err[0]
-    assert "--resume" in err[0]
+    assert len(err) == 1 and "checkpoint: RuntimeError: [enforce fail" in err[0] and "--resume" in err[0]

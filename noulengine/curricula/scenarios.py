@@ -516,21 +516,28 @@ def _tool_routing(rng, level, balanced: bool = False):
         lambda: _choice(rng.choice(("Which single tool from the catalog should be called for this request?",
                                     "Which tool answers this request?", "Route the request to one tool.")),
                         {n: d for _, _, n, d in catalogue}, gold_name),
-        lambda: _tool_statement(rng, balanced, "The tool '{}' can serve this request.", gold_name, catalogue, True),
+        lambda: _tool_statement(rng, balanced, "The tool '{}' can serve this request.", gold_name, catalogue, True,
+                                other_objects_only=True),
         lambda: _tool_statement(rng, balanced, "The tool '{}' is the right one for this request.", gold_name,
                                 catalogue, False),
     ]
 
 
-def _tool_statement(rng, balanced: bool, template: str, gold_name: str, catalogue, gold: bool):
+def _tool_statement(rng, balanced: bool, template: str, gold_name: str, catalogue, gold: bool, *,
+                    other_objects_only: bool = False):
     """A yes/no question naming one tool. Unbalanced (v3, v5), each wording named one side only
     ("can serve": always the gold tool, "is the right one": always a distractor), so the wording
     alone gave the answer; with ``balanced`` either wording names the gold tool or a distractor
-    with equal chance, and only the catalogue and the request tell them apart."""
+    with equal chance, and only the catalogue and the request tell them apart. A "can serve"
+    distractor (``other_objects_only``) serves another object: a tool for the same object with
+    another action could arguably serve the request, and "no" there would be a noisy label."""
     if balanced:
         gold = rng.random() < 0.5
-    name = gold_name if gold else rng.choice([n for _, _, n, _ in catalogue if n != gold_name])
-    return _noul(template.format(name), gold, rng)
+    if gold:
+        return _noul(template.format(gold_name), True, rng)
+    gold_obj = next(o for _, o, n, _ in catalogue if n == gold_name)
+    pool = [n for _, o, n, _ in catalogue if n != gold_name and (o != gold_obj or not (balanced and other_objects_only))]
+    return _noul(template.format(rng.choice(pool)), False, rng)
 
 
 SCENARIOS: dict[str, Callable] = {

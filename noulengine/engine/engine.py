@@ -14,6 +14,7 @@ rows; tested).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
 from dataclasses import fields
@@ -29,6 +30,7 @@ from noulengine.engine.config import EngineConfig  # noqa: F401 - re-exported (n
 from noulengine.engine.decision import Decision, make_answer
 from noulengine.engine.model_runner import ModelRunner, pick_device, pick_dtype
 from noulengine.engine.prefix_cache import prefix_cache_unsupported, prefix_cached_hidden_batch
+from noulengine.engine.lora import AdapterError, AdapterSet, read_adapter
 from noulengine.engine.prefix_store import PrefixKVStore, causal_batch_hidden, prefill
 from noulengine.engine.readout import batch_candidate_logprobs
 from noulengine.records.errors import NonFiniteLogitsError, NoulEngineError, RecordError, UnsupportedModalityError
@@ -115,7 +117,7 @@ class Engine:
         self.identity = identity
         self.training = None  # training.json of a trained model (set by from_pretrained)
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
-        self._priors: dict[str, torch.Tensor] = {}
+        self._priors: dict[tuple[int, str], torch.Tensor] = {}  # (adapter slot, question template)
         if self.config.prefix_cache_min_tokens < 0:
             raise ValueError(f"prefix_cache_min_tokens must be >= 0, got {self.config.prefix_cache_min_tokens}")
         if self.config.prefix_cache_mb < 0:
@@ -133,11 +135,14 @@ class Engine:
                              "engine receives temperatures, not files; load the file with Engine.from_pretrained("
                              "..., calibration=path) or Engine.from_model(..., calibration=path)")
         self.calibration = temperatures
+        # LoRA adapters served unmerged beside the model (load_adapter; noulengine/engine/lora.py)
+        self.adapters = AdapterSet()
+        self._adapter_temperatures: dict[int, Temperatures | None] = {}
 
     # -- construction -----------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, name_or_path: str | None = None, *, device: str | None = None, dtype: str | None = None,
-                        readout: str = "auto", **kwargs) -> "Engine":
+                        readout: str = "auto", adapters: dict | None = None, **kwargs) -> "Engine":
         """Load a model and build an engine.
 
         Args:
@@ -151,9 +156,14 @@ class Engine:
                 readout it was trained with when ``readout`` is ``"auto"``.
             device, dtype, readout: see :class:`EngineConfig`; other :class:`EngineConfig`
                 fields as keyword arguments (``debias``, ``calibration``, ``batch_tokens``, ...).
+            adapters: ``{name: folder}`` LoRA adapters to serve unmerged on this model
+                (:meth:`load_adapter`); a request picks one with ``"adapter": name``. Load the base
+                they were trained on (``"SmolLM2-135M-Instruct"``), not a model with an adapter
+                merged in.
 
         Raises:
             noulengine.models.loading.ModelNotFoundError: nothing loadable at ``name_or_path``.
+            AdapterError: an adapter cannot be served on this model (:meth:`load_adapter`).
         """
         from noulengine.models.loading import load_model
 
@@ -191,15 +201,18 @@ class Engine:
         engine = cls(loaded.model, loaded.tokenizer, config, identity=loaded.identity, processor=loaded.processor,
                      temperatures=temperatures)
         engine.training = loaded.training
+        for name, path in (adapters or {}).items():
+            engine.load_adapter(name, path)
         return engine
 
     @classmethod
-    def from_model(cls, model, tokenizer, *, processor=None, **kwargs) -> "Engine":
+    def from_model(cls, model, tokenizer, *, processor=None, adapters: dict | None = None, **kwargs) -> "Engine":
         """Wrap an already loaded transformers causal LM and its tokenizer.
 
         Args:
             processor: a vision-language model's processor (``AutoProcessor``): with it, image
                 requests reach the model; without it a VLM answers text requests only.
+            adapters: ``{name: folder}`` LoRA adapters to serve unmerged (:meth:`load_adapter`).
             kwargs: :class:`EngineConfig` fields; ``calibration`` is a calibration file's path
                 (read here, checked against the readout and debias mode) or ``"none"``.
 
@@ -211,7 +224,72 @@ class Engine:
         if kwargs.get("calibration") == "none":
             kwargs["calibration"] = None
         config = EngineConfig(**kwargs)
-        return cls(model, tokenizer, config, processor=processor, temperatures=_read_temperatures(config, None))
+        engine = cls(model, tokenizer, config, processor=processor, temperatures=_read_temperatures(config, None))
+        for name, path in (adapters or {}).items():
+            engine.load_adapter(name, path)
+        return engine
+
+    # -- adapters ---------------------------------------------------------------------------
+    def load_adapter(self, name: str, path) -> None:
+        """Serve the LoRA adapter in folder ``path`` as ``name``, unmerged, beside the model.
+
+        The folder is one written by ``noulengine train`` (its ``calibration.json`` then applies to
+        this adapter's answers) or any PEFT LoRA folder. Requests naming it (``"adapter": name``)
+        run in the same forward passes as every other request: the base matmul once, each row's
+        low-rank term from its own adapter (:mod:`noulengine.engine.lora`); their prefixes are
+        cached under the adapter, never shared with another.
+
+        Raises:
+            AdapterError: the name is taken or blank; the folder is not a LoRA adapter; it was trained
+                on another base (naming both), with another readout or prompt layout than this
+                engine reads, or its calibration file was fitted otherwise; a module it adapts is
+                missing or shaped differently here; the model is quantized or a vision-language model.
+        """
+        from noulengine.models.loading import load_temperatures
+
+        if not isinstance(name, str) or not name.strip():
+            raise AdapterError(f"an adapter name must be a non-blank string, got {name!r}")
+        if getattr(self.runner, "quantized", False) or self.runner.vision is not None:
+            raise AdapterError(f"adapter {name!r}: adapters are served on float text models only (this one is "
+                               f"{'quantized' if getattr(self.runner, 'quantized', False) else 'a vision-language model'})")
+        adapter = read_adapter(name, path)
+        ident = self.identity
+        if adapter.base_sha256 and ident is not None and adapter.base_sha256 != ident.sha256:
+            raise AdapterError(f"adapter {name!r} ({adapter.path}) was trained on base {adapter.base_name!r} (sha256 "
+                               f"{adapter.base_sha256[:12]}…), but this engine's model is {ident.name!r} (sha256 "
+                               f"{ident.sha256[:12]}…); load the adapter on its own base")
+        training = adapter.training or {}
+        for key, mine in (("readout", self.config.readout), ("layout", self.compiler.layout)):
+            theirs = training.get(key)
+            if theirs is not None and theirs != mine:
+                raise AdapterError(f"adapter {name!r} ({adapter.path}) was trained with {key} {theirs!r}, this engine "
+                                   f"reads {key} {mine!r}; build the engine with {key}={theirs!r}")
+        temps = None
+        if adapter.calibration_path is not None:
+            try:
+                temps = load_temperatures(adapter.calibration_path, readout=self.config.readout,
+                                          debias=self.config.debias, layout=self.compiler.layout)
+            except (NoulEngineError, ValueError, OSError) as exc:  # the calibration file's own error
+                raise AdapterError(f"adapter {name!r}: {exc}") from None
+        slot = self.adapters.add(self.runner.model, adapter, device=self.runner.device, dtype=self.runner.dtype)
+        self._adapter_temperatures[slot] = temps
+
+    def unload_adapter(self, name: str) -> None:
+        """Stop serving adapter ``name``: its factors and cached prefixes are dropped; a later
+        request naming it is an error row.
+
+        Raises:
+            AdapterError: no adapter of that name is loaded.
+        """
+        slot = self.adapters.slot(name)
+        self.adapters.remove(name)
+        self._adapter_temperatures.pop(slot, None)
+        if self.prefix_store is not None:
+            self.prefix_store.clear(adapter=slot)
+
+    def _routed(self, rows):
+        """A context routing the next passes' rows to adapter slots (no-op without adapters)."""
+        return self.adapters.routing.use(rows) if self.adapters.slots else contextlib.nullcontext()
 
     # -- public API -------------------------------------------------------------------------
     def decide(self, request: Request | dict, *, escalate=None) -> Decision:
@@ -254,6 +332,7 @@ class Engine:
         decisions: list[Decision | None] = [None] * len(items)
         compiled: dict[int, CompiledRequest] = {}
         parsed: dict[int, Request] = {}
+        slots: dict[int, int] = {}  # LoRA adapter slot per request (0: the model as loaded)
         compile_s: dict[int, float] = {}
         for i, item in enumerate(items):
             t0 = time.perf_counter()
@@ -276,8 +355,10 @@ class Engine:
                         why = (f"this model is text-only and cannot read images ({len(req.images)} given); use a "
                                "vision-language model or remove the images")
                     raise UnsupportedModalityError(f"{where}field 'images': {why}")
+                slot = self.adapters.slot(req.adapter)  # an unknown adapter: this request's error row
                 compiled[i] = self.compiler.compile(req)
                 parsed[i] = req
+                slots[i] = slot
             except Exception as exc:  # noqa: BLE001 - one bad request never loses the others' answers
                 if on_error == "raise":
                     raise
@@ -286,17 +367,18 @@ class Engine:
                 decisions[i] = Decision(id=rid, error=_error_dict(exc, rid))
             compile_s[i] = time.perf_counter() - t0
         if compiled:
-            self._ensure_priors(parsed, compiled)
+            self._ensure_priors(parsed, compiled, slots)
         order = list(compiled)
-        results = self._run(compiled=[compiled[i] for i in order], batch_tokens=batch_tokens, progress=progress)
+        results = self._run(compiled=[compiled[i] for i in order], batch_tokens=batch_tokens, progress=progress,
+                            slots=[slots[i] for i in order])
         for slot, i in enumerate(order):
             logps, batch_s = results[slot]
             c = compiled[i]
             answers = {}
             try:
                 for q, plan, lp in zip(parsed[i].questions, c.questions, logps):
-                    prior = self._priors.get(plan.spec_key) if self.config.debias == "contextual" else None
-                    answers[plan.field] = make_answer(plan, lp, temperature=self._temperature(plan),
+                    prior = self._priors.get((slots[i], plan.spec_key)) if self.config.debias == "contextual" else None
+                    answers[plan.field] = make_answer(plan, lp, temperature=self._temperature(plan, slots[i]),
                                                       prior_logprobs=prior, debias=self.config.debias,
                                                       descriptions=q.descriptions)
             except NonFiniteLogitsError as exc:  # the whole request is an error row; the others stand
@@ -347,8 +429,13 @@ class Engine:
         if self.runner.device.type == "cuda":
             torch.cuda.synchronize(self.runner.device)
 
-    def _run(self, compiled: list[CompiledRequest], *, batch_tokens: int | None, progress=None):
-        """Forward passes; returns per request ``(per-question (V, K) log-probs, batch seconds)``."""
+    def _run(self, compiled: list[CompiledRequest], *, batch_tokens: int | None, progress=None,
+             slots: list[int] | None = None):
+        """Forward passes; returns per request ``(per-question (V, K) log-probs, batch seconds)``.
+
+        ``slots``: each request's LoRA adapter slot (None: all the model as loaded); a batch mixes
+        adapters freely, each row routed to its own (:mod:`noulengine.engine.lora`)."""
+        slots = slots or [0] * len(compiled)
         budget = batch_tokens or self.config.batch_tokens
         out: list[Any] = [None] * len(compiled)
         # Linear requests and tree requests are planned apart: a batch is either causal (the
@@ -359,7 +446,7 @@ class Engine:
         # path, and so its bits, are the same whatever the engine answered before (issue #46).
         cached_ok = self.config.prefix_cache and prefix_cache_unsupported(self.runner) is None
         head = self._frame_head_len() if cached_ok or self.config.causal_path else 0
-        static, static_key, admitted = self._static_prefixes(compiled, head) if cached_ok else ({}, {}, set())
+        static, static_key, admitted = self._static_prefixes(compiled, head, slots) if cached_ok else ({}, {}, set())
         groups: dict[str, list[int]] = {"causal": [], "tree": [], "cached": []}
         for i, c in enumerate(compiled):
             if c.vision is not None:
@@ -393,20 +480,27 @@ class Engine:
             t0 = time.perf_counter()
             keys = {static_key.get(i) for i in indices}
             batch_static = min(static.get(i, 0) for i in indices) if len(keys) == 1 and None not in keys else 0
+            rows = [slots[i] for i in indices]
             if kind == "cached":
                 with torch.inference_mode():
-                    hidden = prefix_cached_hidden_batch(self.runner, compiled, indices, store=store, head=head,
-                                                        static=static, keep_static=admitted)
+                    hidden = prefix_cached_hidden_batch(
+                        self.runner, compiled, indices, store=store, head=head, static=static, keep_static=admitted,
+                        slots={i: slots[i] for i in indices},
+                        routing=self.adapters.routing if self.adapters.slots else None)
                 n_real = n_padded = sum(compiled[i].input_tokens for i in indices)
             else:
                 batch = collate(compiled, indices, pad_id=self.pad_id, causal=kind == "causal")
-                if kind == "causal" and store is not None:
-                    with torch.inference_mode():
+                if kind == "causal" and store is not None and len(set(rows)) == 1:
+                    # one adapter for every row: its cached head (and static prefix) serve them all;
+                    # a batch mixing adapters runs whole instead (each row's keys are its adapter's)
+                    with torch.inference_mode(), self._routed(rows[0]):
                         hidden = causal_batch_hidden(self.runner, batch, [compiled[i] for i in indices], store,
                                                      head=head, static=batch_static,
-                                                     keep_static=bool(batch_static) and indices[0] in admitted)
+                                                     keep_static=bool(batch_static) and indices[0] in admitted,
+                                                     adapter=rows[0])
                 else:
-                    hidden = self.runner.hidden_states(batch)
+                    with self._routed(rows):
+                        hidden = self.runner.hidden_states(batch)
                 n_real, n_padded = batch.real_tokens, batch.padded_tokens
             with torch.inference_mode():
                 per_row = batch_candidate_logprobs(hidden, self.runner.head, compiled, indices)
@@ -429,8 +523,8 @@ class Engine:
         except NoulEngineError:  # a context window too small for the probe requests
             return 0
 
-    def _static_prefixes(self, compiled: list[CompiledRequest],
-                         head: int) -> tuple[dict[int, int], dict[int, int], set[int]]:
+    def _static_prefixes(self, compiled: list[CompiledRequest], head: int,
+                         slots: list[int] | None = None) -> tuple[dict[int, int], dict[int, int], set[int]]:
         """The requests with a static prefix (``CompiledRequest.static_tokens``: the questions of a
         schema-first prompt) long enough to share, and which of them the prefix store should keep.
 
@@ -452,15 +546,16 @@ class Engine:
             return {}, {}, set()
         keyed: dict[int, tuple[int, int]] = {}
         counts: dict[int, int] = {}
+        slots = slots or [0] * len(compiled)
         for i, c in enumerate(compiled):
             if c.vision is None and c.static_tokens >= head + store.min_tokens:
-                key = hash(tuple(c.token_ids[:c.static_tokens]))
+                key = hash((slots[i], tuple(c.token_ids[:c.static_tokens])))  # an adapter's own static prefix
                 keyed[i] = (key, c.static_tokens)
                 counts[key] = counts.get(key, 0) + 1
         static, static_key, admitted = {}, {}, set()
         for i, (key, n) in keyed.items():
             static[i], static_key[i] = n, key
-            stored = len(store.lookup(compiled[i].token_ids, n) or ()) == n
+            stored = len(store.lookup(compiled[i].token_ids, n, slots[i]) or ()) == n
             if stored or counts[key] >= 2 or key in self._static_seen:
                 admitted.add(i)
         for key in counts:
@@ -496,30 +591,37 @@ class Engine:
             if len(head) >= store.min_tokens:
                 with torch.inference_mode():
                     entry, _ = prefill(self.runner, head)
-                entry.pinned = True
+                entry.pinned, entry.cuts = True, (len(head),)
                 store.insert(entry)
         return store
 
-    def _temperature(self, plan) -> float:
-        if self.calibration is None:
+    def _temperature(self, plan, slot: int = 0) -> float:
+        """The temperature of a question: the model's calibration, or for an adapter's request its
+        own (its folder's calibration.json; T = 1 without one: the base's does not apply to it)."""
+        calibration = self.calibration if slot == 0 else self._adapter_temperatures.get(slot)
+        if calibration is None:
             return 1.0
-        return self.calibration.temperature_for(plan.type, plan.num_candidates)
+        return calibration.temperature_for(plan.type, plan.num_candidates)
 
-    def _ensure_priors(self, parsed: dict[int, Request], compiled: dict[int, CompiledRequest]) -> None:
-        """Contextual debiasing: the mean content-free prior per question template, cached."""
+    def _ensure_priors(self, parsed: dict[int, Request], compiled: dict[int, CompiledRequest],
+                       slots: dict[int, int] | None = None) -> None:
+        """Contextual debiasing: the mean content-free prior per question template (and adapter), cached."""
         if self.config.debias != "contextual":
             return
-        missing: dict[str, Question] = {}
+        slots = slots or {}
+        missing: dict[tuple[int, str], Question] = {}
         for i, c in compiled.items():
             for q, plan in zip(parsed[i].questions, c.questions):
-                if plan.spec_key not in self._priors:
-                    missing[plan.spec_key] = q
+                key = (slots.get(i, 0), plan.spec_key)
+                if key not in self._priors:
+                    missing[key] = q
         if not missing:
             return
         keys = list(missing)
         prior_requests = [self.compiler.compile(Request(state=s, questions=(missing[k],)))
                           for k in keys for s in CONTENT_FREE_STATES]
-        results = self._run(prior_requests, batch_tokens=None)
+        results = self._run(prior_requests, batch_tokens=None,
+                            slots=[k[0] for k in keys for _ in CONTENT_FREE_STATES])
         n = len(CONTENT_FREE_STATES)
         for j, key in enumerate(keys):
             probs = torch.stack([torch.softmax(results[j * n + s][0][0][0], dim=0) for s in range(n)]).mean(0)

@@ -48,15 +48,16 @@ def prefix_cache_unsupported(runner) -> str | None:
     return None
 
 
-def prefix_cached_hidden(runner, compiled: CompiledRequest, store=None) -> torch.Tensor:
+def prefix_cached_hidden(runner, compiled: CompiledRequest, store=None, *, head: int = 0) -> torch.Tensor:
     """(1, L, D) final hidden states of one compiled request (:func:`prefix_cached_hidden_batch`
-    with one request)."""
-    return prefix_cached_hidden_batch(runner, [compiled], [0], store=store)
+    with one request; give ``head``, the frame head's length, with a store shared with an engine)."""
+    return prefix_cached_hidden_batch(runner, [compiled], [0], store=store, head=head)
 
 
 def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices: list[int],
                                store=None, *, head: int = 0, static: dict[int, int] | None = None,
-                               keep_static: frozenset[int] | set[int] = frozenset()) -> torch.Tensor:
+                               keep_static: frozenset[int] | set[int] = frozenset(), slots: dict[int, int] | None = None,
+                               routing=None) -> torch.Tensor:
     """(B, L, D) final hidden states of ``B`` tree requests, computed with prefix KV caches.
 
     Two steps for the whole batch:
@@ -83,12 +84,23 @@ def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices:
         static: request index -> its static prefix length (the questions of a schema-first prompt,
             a cut of its chain); absent: none.
         keep_static: request indices whose static prefix the engine admitted to the store.
+        slots: request index -> its LoRA adapter slot (absent or 0: the base); each request's
+            prefix passes run under its adapter and are stored under it, the branch pass routes
+            each row to its request's adapter (:mod:`noulengine.engine.lora`).
+        routing: the engine's :class:`~noulengine.engine.lora.LoraRouting` (None: no adapters).
 
     Returns:
         The tree path's hidden states (within float tolerance) at every position this call
         computed, model dtype, on device; ``L`` = the longest request.
     """
+    import contextlib
+
     from noulengine.engine.prefix_store import PrefixEntry, cache_for_rows, prefix_chain
+
+    slots = slots or {}
+
+    def routed(rows):
+        return routing.use(rows) if routing is not None else contextlib.nullcontext()
 
     dev = runner.device
     rows_req = [requests[i] for i in indices]
@@ -103,8 +115,11 @@ def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices:
         p, s = prefix_len[b], static.get(i, 0)
         cuts = [x for x in (head, s, p) if 0 < x <= p]
         keep_end = store is not None and p - max([x for x in (head, s) if x < p] or [0]) >= store.min_tokens
-        entry, last_hidden, reused = prefix_chain(runner, store, c.token_ids, cuts, static=s if s in cuts else 0,
-                                                  keep_static=i in keep_static, keep_end=keep_end)
+        slot = slots.get(i, 0)
+        with routed(slot):
+            entry, last_hidden, reused = prefix_chain(runner, store, c.token_ids, cuts, static=s if s in cuts else 0,
+                                                      keep_static=i in keep_static, keep_end=keep_end, adapter=slot,
+                                                      keep_first=slot != 0)
         if store is not None:
             store.record(c.input_tokens, reused)
         if last_hidden is not None:
@@ -146,8 +161,9 @@ def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices:
         layers_k.append(keys.index_select(0, row_request) if n_rows != len(rows_req) else keys)
         layers_v.append(values.index_select(0, row_request) if n_rows != len(rows_req) else values)
     branch_cache = cache_for_rows(runner, PrefixEntry((), layers_k, layers_v), n_rows)
-    branch_hidden = runner.forward_with_cache(input_ids.to(dev), position_ids.to(dev), runner._device_mask(mask),
-                                              branch_cache)
+    with routed([slots.get(indices[b], 0) for b, _ in plan]):
+        branch_hidden = runner.forward_with_cache(input_ids.to(dev), position_ids.to(dev), runner._device_mask(mask),
+                                                  branch_cache)
     for r, (b, idx) in enumerate(plan):
         hidden[b, torch.tensor(idx, device=dev)] = branch_hidden[r, :len(idx)]
     return hidden

@@ -50,6 +50,8 @@ class PrefixEntry:
         ids: the prefix's token ids (positions ``0 .. n-1``).
         keys, values: per decoder layer, ``(1, kv_heads, n, head_dim)`` tensors (model dtype, on
             the model's device), as the model's own cache holds them.
+        adapter: the LoRA adapter slot whose weights computed it (0: the model as loaded); the
+            store keys entries by (adapter, ids), so a prefix never serves another adapter.
         pinned: never evicted (the frame head every request starts with).
         static: a static prefix (the questions of a schema-first prompt, shared by every request
             that asks them): evicted only when no other unpinned entry is left, so a stream of
@@ -61,6 +63,8 @@ class PrefixEntry:
     values: list[torch.Tensor]
     pinned: bool = False
     static: bool = False
+    adapter: int = 0  # the LoRA adapter slot it was computed under (0: the base): part of its key
+    cuts: tuple[int, ...] = ()  # the cut points it was computed along (prefix_chain); reused only along the same
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -128,7 +132,7 @@ class PrefixKVStore:
             raise ValueError(f"min_tokens must be >= 1, got {min_tokens}")
         self.max_bytes = int(max_bytes)
         self.min_tokens = int(min_tokens)
-        self._entries: OrderedDict[tuple[int, ...], PrefixEntry] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, tuple[int, ...]], PrefixEntry] = OrderedDict()  # (adapter, ids)
         self._lengths: dict[int, int] = {}  # entry length -> how many entries have it
         self.nbytes = 0
         self.stats = PrefixCacheStats()
@@ -136,15 +140,16 @@ class PrefixKVStore:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, ids: Sequence[int], limit: int) -> PrefixEntry | None:
-        """The longest entry whose ids equal ``ids[:n]`` with ``n <= limit`` (marked recently used).
+    def lookup(self, ids: Sequence[int], limit: int, adapter: int = 0) -> PrefixEntry | None:
+        """The longest entry of ``adapter`` whose ids equal ``ids[:n]`` with ``n <= limit`` (marked
+        recently used).
 
         Cost: one tuple of ``n`` ids and one dict probe per distinct entry length.
         """
         for n in sorted((n for n in self._lengths if n <= limit), reverse=True):
-            entry = self._entries.get(tuple(ids[:n]))
+            entry = self._entries.get((adapter, tuple(ids[:n])))
             if entry is not None:
-                self._entries.move_to_end(entry.ids)
+                self._entries.move_to_end((adapter, entry.ids))
                 return entry
         return None
 
@@ -165,7 +170,7 @@ class PrefixKVStore:
         size = entry.nbytes
         if size > self.max_bytes:
             return False
-        old = self._entries.pop(entry.ids, None)
+        old = self._entries.pop((entry.adapter, entry.ids), None)
         if old is not None:
             self._forget(old)
         while self.nbytes + size > self.max_bytes:
@@ -174,19 +179,21 @@ class PrefixKVStore:
                 victim = next((e for e in self._entries.values() if not e.pinned), None)
             if victim is None:
                 return False  # only pinned entries left, and they fill the budget
-            del self._entries[victim.ids]
+            del self._entries[(victim.adapter, victim.ids)]
             self._forget(victim)
             self.stats.evictions += 1
-        self._entries[entry.ids] = entry
+        self._entries[(entry.adapter, entry.ids)] = entry
         self._lengths[len(entry)] = self._lengths.get(len(entry), 0) + 1
         self.nbytes += size
         self.stats.inserts += 1
         return True
 
-    def clear(self, *, keep_pinned: bool = False) -> None:
-        """Drop every entry (pinned ones too, unless ``keep_pinned``); the counters stay."""
-        for entry in [e for e in self._entries.values() if not (keep_pinned and e.pinned)]:
-            del self._entries[entry.ids]
+    def clear(self, *, keep_pinned: bool = False, adapter: int | None = None) -> None:
+        """Drop every entry (pinned ones too, unless ``keep_pinned``), or only ``adapter``'s; the
+        counters stay."""
+        for entry in [e for e in self._entries.values()
+                      if not (keep_pinned and e.pinned) and (adapter is None or e.adapter == adapter)]:
+            del self._entries[(entry.adapter, entry.ids)]
             self._forget(entry)
 
     def _forget(self, entry: PrefixEntry) -> None:
@@ -252,17 +259,21 @@ def prefill(runner, ids: Sequence[int], base: PrefixEntry | None = None) -> tupl
 
 
 
-def exact_entry(store: PrefixKVStore | None, ids: Sequence[int], n: int) -> PrefixEntry | None:
-    """The stored entry of exactly ``ids[:n]``, or None (a shorter stored prefix does not count)."""
+def exact_entry(store: PrefixKVStore | None, ids: Sequence[int], n: int, adapter: int = 0,
+                cuts: tuple[int, ...] | None = None) -> PrefixEntry | None:
+    """The stored entry of exactly ``ids[:n]`` under ``adapter``, or None (a shorter one does not
+    count); with ``cuts``, only one computed along those cut points (the same bits)."""
     if store is None or n <= 0:
         return None
-    entry = store.lookup(ids, n)
-    return entry if entry is not None and len(entry) == n else None
+    entry = store.lookup(ids, n, adapter)
+    if entry is None or len(entry) != n or (cuts is not None and entry.cuts != cuts):
+        return None
+    return entry
 
 
 def prefix_chain(runner, store: PrefixKVStore | None, ids: Sequence[int], cuts: Sequence[int], *,
-                 static: int = 0, keep_static: bool = False, keep_end: bool = False,
-                 ) -> tuple[PrefixEntry | None, torch.Tensor | None, int]:
+                 static: int = 0, keep_static: bool = False, keep_end: bool = False, adapter: int = 0,
+                 keep_first: bool = False) -> tuple[PrefixEntry | None, torch.Tensor | None, int]:
     """Keys and values of ``ids[:cuts[-1]]`` in the canonical shape: piece by piece at the cut points.
 
     Each piece ``[cuts[k-1], cuts[k])`` is a batch-1 :func:`prefill` continuing from the entry of
@@ -278,6 +289,9 @@ def prefix_chain(runner, store: PrefixKVStore | None, ids: Sequence[int], cuts: 
         static: the cut that is a static prefix (stored as :attr:`PrefixEntry.static`), or 0.
         keep_static: store the static cut's entry (the engine admitted it).
         keep_end: store the last cut's entry (a state asked again reuses it whole).
+        adapter: the LoRA adapter slot the caller routed these passes to (the entries' key).
+        keep_first: store the first cut's entry (an adapter's frame head; the base's is pinned by
+            the engine).
 
     Returns:
         ``(entry, hidden, reused)``: the last cut's entry (None when ``cuts`` is empty), the ``(n,
@@ -287,7 +301,7 @@ def prefix_chain(runner, store: PrefixKVStore | None, ids: Sequence[int], cuts: 
     points = sorted({int(c) for c in cuts if c > 0})
     entry, start = None, 0
     for k in range(len(points) - 1, -1, -1):  # the longest stored cut
-        found = exact_entry(store, ids, points[k])
+        found = exact_entry(store, ids, points[k], adapter, cuts=tuple(points[:k + 1]))
         if found is not None:
             entry, start = found, k + 1
             break
@@ -295,16 +309,18 @@ def prefix_chain(runner, store: PrefixKVStore | None, ids: Sequence[int], cuts: 
     hidden = None
     for k in range(start, len(points)):
         entry, hidden = prefill(runner, ids[:points[k]], entry)
+        entry.adapter, entry.cuts = adapter, tuple(points[:k + 1])
         last = k == len(points) - 1
         if points[k] == static:
             entry.static = True
-        if store is not None and ((points[k] == static and keep_static) or (last and keep_end)):
+        if store is not None and ((points[k] == static and keep_static) or (last and keep_end)
+                                  or (k == 0 and keep_first)):
             store.insert(entry)
     return entry, hidden, reused
 
 
 def causal_batch_hidden(runner, batch, requests, store: PrefixKVStore, *, head: int = 0, static: int = 0,
-                        keep_static: bool = False) -> torch.Tensor:
+                        keep_static: bool = False, adapter: int = 0) -> torch.Tensor:
     """(B, L, D) final hidden states of a causal batch (linear requests), reusing cached prefixes.
 
     The rows' common canonical prefix (:func:`prefix_chain`: the frame head, then ``static``
@@ -324,12 +340,13 @@ def causal_batch_hidden(runner, batch, requests, store: PrefixKVStore, *, head: 
         head: the frame head's length (every request's first cut).
         static: the static prefix all rows share (0: none).
         keep_static: store the static piece.
+        adapter: the LoRA adapter slot every row uses (the caller routes the passes to it).
     """
     first = requests[0].token_ids
     shared = shared_root_prefix(requests)
     cuts = [c for c in (head, static) if 0 < c <= shared]
     entry, _, base_len = prefix_chain(runner, store, first, cuts, static=static if static in cuts else 0,
-                                      keep_static=keep_static)
+                                      keep_static=keep_static, adapter=adapter, keep_first=adapter != 0)
     if len(requests) > 1 and store.worth_storing(shared, entry):
         entry, _ = prefill(runner, first[:shared], entry)
     n = len(entry) if entry is not None else 0

@@ -168,6 +168,7 @@ def _finish(results, out: Path, meta: dict, what: str = "") -> int:
 def _merge(args) -> int:
     from noulengine.eval.merge import ShardMergeError, merge_runs
     from noulengine.eval.suites.errors import SuiteError
+    from noulengine.writes import EXIT_WRITE_ERROR, OutputWriteError, write_error_from
 
     if args.workers is None or args.worker is not None:
         print("error: --merge takes --workers N (the number of worker runs) and no --worker", file=sys.stderr)
@@ -181,9 +182,16 @@ def _merge(args) -> int:
     except (ShardMergeError, SuiteError) as exc:
         print(f"error: cannot merge {out}: {exc}", file=sys.stderr)
         return 2
+    except OutputWriteError as exc:  # a full disk: the worker runs are untouched; rerun the merge
+        print(f"error: {exc}; the worker runs are untouched: rerun the merge", file=sys.stderr)
+        return EXIT_WRITE_ERROR
     meta["command"] = f"{args.prog} " + " ".join(args.argv)
     meta["status"] = "finished"
-    return _finish(results, out, meta, f"merged {args.workers} worker runs; ")
+    try:
+        return _finish(results, out, meta, f"merged {args.workers} worker runs; ")
+    except (OutputWriteError, OSError) as exc:
+        print(f"error: {write_error_from(exc, out)}; the worker runs are untouched: rerun the merge", file=sys.stderr)
+        return EXIT_WRITE_ERROR
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
@@ -245,7 +253,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     busy = None
     if ray_config is None:
         threads = cli_threads(args.workers)  # NOULENGINE_THREADS, else the usable cores shared among --workers
-        busy = busy_note(threads)  # printed now, and again under the summary
+        busy = busy_note(threads)  # printed once, now (run.json and report.md keep it)
     else:  # each actor runs --cpus-per-actor threads (noulengine.distributed.ray_data)
         threads = {"threads": max(1, int(ray_config.num_cpus)) if not ray_config.num_gpus else None,
                    "source": "--cpus-per-actor (each Ray actor)"}

@@ -23,7 +23,8 @@ For each suite, on the (suite, row) pairs that every run answered, and scored by
   answered with one constant label (:func:`noulengine.metrics.scorer.answer_concentration`);
 * the mean over a collection's suites (``--mean-of``, accuracy-v1's seven by default) with the same
   intervals (each suite resampled on its own, the mean taken per replicate);
-* for each run against the baseline, the suite clauses of the adoption rule (docs/results.md): the
+* for each run against the baseline, the suite clauses of the adoption rule (docs/results.md,
+  applied to every suite compared; a mean missing some of its suites decides nothing): the
   suites worse with the interval entirely below zero (excused where the baseline's own interval
   against chance includes zero: no skill there to lose), the suites under chance with the interval
   entirely below, and whether the mean is higher.
@@ -112,6 +113,8 @@ def load_run(name: str, files: list[Path]) -> Run:
             rows = read_predictions(f, repair=False)
         except (ValueError, KeyError, TypeError) as exc:
             raise CompareError(f"run {name!r}: {f}: {exc}") from None
+        except OSError as exc:  # unreadable: permissions, a folder, a vanished file
+            raise CompareError(f"run {name!r}: cannot read {f}: {exc.strerror or exc}") from None
         twice = sorted(set(rows) & set(run.rows))
         if twice:
             raise CompareError(f"run {name!r}: {f}: {twice[0][0]} row {twice[0][1]} predicted twice (also in an "
@@ -305,7 +308,11 @@ def verdict(suites: dict, mean: dict | None, baseline: str, candidate: str) -> d
     * ``below_chance``: suites where the candidate's interval against chance lies entirely below
       zero;
     * ``mean_higher``: the candidate's mean is higher than the baseline's (None without a mean);
-    * ``passes``: no ``worse``, no ``below_chance`` and ``mean_higher`` (None without a mean).
+    * ``passes``: no ``worse``, no ``below_chance`` and ``mean_higher``; None (not decided) without a
+      mean, or when the mean lacks some of its collection's suites.
+
+    The clauses cover every suite compared: give ``--suite`` (or runs of only those suites) to
+    apply them to the rule's suites alone.
     """
     worse, excused, better, below = [], [], [], []
     for s, e in suites.items():
@@ -317,8 +324,10 @@ def verdict(suites: dict, mean: dict | None, baseline: str, candidate: str) -> d
         if e["runs"][candidate]["above_chance"]["high"] < 0:
             below.append(s)
     higher = None if mean is None else mean["runs"][candidate]["accuracy"] > mean["runs"][baseline]["accuracy"]
+    # a mean over only some of the collection's suites decides nothing (the rule names the seven)
+    decided = higher is not None and not mean.get("missing")
     return {"worse": worse, "worse_excused": excused, "better": better, "below_chance": below,
-            "mean_higher": higher, "passes": None if higher is None else (not worse and not below and higher)}
+            "mean_higher": higher, "passes": (not worse and not below and higher) if decided else None}
 
 
 def _pct(x) -> str:
@@ -415,12 +424,15 @@ def build_parser(prog: str = "noulengine compare") -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, prog: str = "noulengine compare") -> int:
     from noulengine.eval.suites.errors import SuiteError
-
     from noulengine.eval.suites.paths import explicit_data_error
+    from noulengine.records.errors import RecordError
 
     args = build_parser(prog).parse_args(argv)
     if args.resamples is not None and args.resamples < 100:
         print("error: --resamples must be at least 100", file=sys.stderr)
+        return 2
+    if args.seed is not None and args.seed < 0:
+        print("error: --seed must be 0 or more", file=sys.stderr)
         return 2
     explicit = explicit_data_error(args.source)
     if explicit:
@@ -430,7 +442,7 @@ def main(argv: list[str] | None = None, prog: str = "noulengine compare") -> int
         runs = [load_run(*parse_run(spec)) for spec in args.runs]
         result = compare_runs(runs, suite=args.suite, source=args.source, n_resamples=args.resamples,
                               seed=args.seed, mean_of=None if args.mean_of == "none" else args.mean_of)
-    except (CompareError, SuiteError) as exc:
+    except (CompareError, SuiteError, RecordError) as exc:  # RecordError: a suite file that does not parse
         print(f"error: {exc}", file=sys.stderr)
         return 2
     text = render_markdown(result)

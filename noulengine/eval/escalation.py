@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from noulengine.engine.decision import Answer, Decision
+from noulengine.writes import write_text_atomic
 
 ESCALATIONS = "escalations.jsonl"
 ESCALATION_KEY = "escalation_key.json"
@@ -82,7 +83,7 @@ def collect_escalations(items, cfg, out_dir: Path, *, chunk: int = 32, progress=
             raise EscalationRunError(f"{path} holds escalations made with other settings ({'; '.join(diff)}); "
                                      f"use another --output or delete {path.name} and {key_path.name}")
     else:
-        key_path.write_text(json.dumps(_key(cfg), indent=1) + "\n", encoding="utf-8")
+        write_text_atomic(key_path, json.dumps(_key(cfg), indent=1) + "\n")
     done = _read_done(path)
     todo = []
     for suite, row, rec, pred in items:
@@ -229,8 +230,7 @@ def run_escalation_step(results, eval_config, cfg, thresholds, out_dir: Path, *,
     escalated = collect_escalations(items, cfg, out_dir, progress=bar.update)
     bar.close()
     table = threshold_table(items, escalated, thresholds)
-    (out_dir / "escalation.json").write_text(json.dumps({"settings": cfg.to_dict(), "thresholds": list(thresholds),
-                                                         "suites": table}, indent=1, allow_nan=False) + "\n",
-                                             encoding="utf-8")
-    (out_dir / "escalation.md").write_text(table_markdown(table, cfg) + "\n", encoding="utf-8")
+    write_text_atomic(out_dir / "escalation.json", json.dumps({"settings": cfg.to_dict(), "thresholds": list(thresholds),
+                                                               "suites": table}, indent=1, allow_nan=False) + "\n")
+    write_text_atomic(out_dir / "escalation.md", table_markdown(table, cfg) + "\n")
     return table

@@ -19,6 +19,7 @@ from noulengine.eval.runner import EvalConfig, TaskResult, score_task, selected_
 from noulengine.eval.shards import shard_of, worker_dir
 from noulengine.eval.suites import expand_tasks, get_suite
 from noulengine.records.errors import NoulEngineError
+from noulengine.writes import write_text_atomic
 
 # run_key.json fields every worker must share (worker, the one that must differ, is checked apart)
 SHARED_KEY_FIELDS = ("suite", "tasks", "model_sha256", "readout", "debias", "calibration", "calibration_sha256",
@@ -155,19 +156,20 @@ def merge_runs(output: str | Path, workers: int, *, source: str | None = None, p
                 raise ShardMergeError(f"worker {owner}: the prediction for row {i} of suite {name} carries id {got!r}, "
                                       f"but that row is record {rec.id!r}")
     results = []
-    with (out / "predictions.jsonl").open("w", encoding="utf-8") as sink:
-        for name, suite in suites.items():
-            res = TaskResult(name=name, status="unavailable", licence=suite.licence, notes=suite.report_notes())
-            results.append(res)
-            if name not in loaded:
-                res.reason = "unavailable to the workers"
-                continue
-            res.status = "ready"
-            rows = loaded[name]
-            for i, rec in rows:
-                rec.metadata["suite"] = name
-                sink.write(json.dumps(done[(name, i)], ensure_ascii=False, allow_nan=False) + "\n")
-            score_task(res, rows, done, out, plots=plots, probe=key.get("probe"))
+    lines: list[str] = []  # the merged predictions, written whole at the end (a rename: never half a file)
+    for name, suite in suites.items():
+        res = TaskResult(name=name, status="unavailable", licence=suite.licence, notes=suite.report_notes())
+        results.append(res)
+        if name not in loaded:
+            res.reason = "unavailable to the workers"
+            continue
+        res.status = "ready"
+        rows = loaded[name]
+        for i, rec in rows:
+            rec.metadata["suite"] = name
+            lines.append(json.dumps(done[(name, i)], ensure_ascii=False, allow_nan=False) + "\n")
+        score_task(res, rows, done, out, plots=plots, probe=key.get("probe"))
+    write_text_atomic(out / "predictions.jsonl", "".join(lines))
     first = runs[0]["run"]
     invocations = [{**inv, "worker": run["worker"]} for run in runs for inv in run["run"].get("invocations") or []]
     meta = {k: first.get(k) for k in ("suite", "git_revision", "engine", "versions", "selection", "suite_sha256")}
@@ -188,7 +190,7 @@ def merge_runs(output: str | Path, workers: int, *, source: str | None = None, p
     # the merged folder is a run folder: a later run into it must match, or be refused
     merged_key = {k: v for k, v in key.items() if k not in ("worker",)}
     merged_key["merged_workers"] = workers
-    (out / "run_key.json").write_text(json.dumps(merged_key, indent=2) + "\n")
+    write_text_atomic(out / "run_key.json", json.dumps(merged_key, indent=2) + "\n")
     return results, meta
 
 

@@ -300,8 +300,11 @@ def _reconcile(invocations: list[dict], rows_on_disk: int) -> None:
     if not unfinished:
         return  # every invocation finished: the rows came from elsewhere (a merge, a copied file)
     last = unfinished[-1]
-    last["throughput"] = {**(last.get("throughput") or {}), "requests": ((last.get("throughput") or {}).get("requests")
-                                                                         or 0) + missing}
+    t = dict(last.get("throughput") or {})
+    t["requests"] = (t.get("requests") or 0) + missing
+    if t.get("inference_seconds"):  # the rate over the rows it wrote; decisions and tokens stay what it recorded
+        t["requests_per_s"] = t["requests"] / t["inference_seconds"]
+    last["throughput"] = t
     last["requests_counted_from_predictions"] = missing
 
 

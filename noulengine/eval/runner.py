@@ -19,6 +19,7 @@ prediction and each suite reports the share of answers that changed (:mod:`noule
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -119,8 +120,13 @@ def read_predictions(path: Path, *, repair: bool = True) -> dict[tuple[str, int]
             break
         done[(row["suite"], int(row["row"]))] = row
         good.append(line)
-    if repair and len(good) != len(lines):
-        path.write_text("".join(good), encoding="utf-8")
+    if repair and len(good) != len(lines):  # cut the torn tail in place: nothing else is rewritten
+        from noulengine.writes import OutputWriteError
+
+        try:
+            os.truncate(path, sum(len(line.encode("utf-8")) for line in good))
+        except OSError as exc:
+            raise OutputWriteError(path, exc, "its torn last line is still there") from exc
     return done
 
 

@@ -85,12 +85,15 @@ class Request:
             packed-token budget bound a request, and refuse with counts, never truncating).
         images: ordered images (empty for text-only requests).
         id: an opaque request id, echoed in the output and never compiled into the prompt.
+        adapter: the name of a LoRA adapter loaded on the engine that answers this request (None:
+            the engine's model as loaded); it chooses weights, never reaches the prompt.
     """
 
     state: Any
     questions: tuple[Question, ...]
     images: tuple[Image, ...] = ()
     id: str | None = None
+    adapter: str | None = None
 
 
 @dataclass(frozen=True)
@@ -410,6 +413,7 @@ def request_from_json(obj: Any, *, request_id: str | None = None, media_root=Non
     """Build a :class:`Request` from a JSON object with ``state``, ``questions``, ``images``.
 
     Extra keys (``id``, ``targets``, metadata) are ignored here: they never reach the model.
+    ``adapter`` names the LoRA adapter that answers (:meth:`noulengine.Engine.load_adapter`).
 
     Args:
         media_root: the folder relative image paths are read from; None (HTTP) accepts only
@@ -429,7 +433,11 @@ def request_from_json(obj: Any, *, request_id: str | None = None, media_root=Non
         raise _fail(rid, "state", "state is required (any JSON value)")
     questions = parse_questions(obj.get("questions"), record_id=rid)
     images = _parse_images(rid, [] if obj.get("images") is None else obj["images"], media_root=media_root)
-    return Request(state=obj["state"], questions=questions, images=images, id=rid)
+    adapter = obj.get("adapter")
+    if adapter is not None and (not isinstance(adapter, str) or not adapter.strip()):
+        raise _fail(rid, "adapter", f"adapter must be a non-blank string (a loaded adapter's name) or null, got "
+                                    f"{type(adapter).__name__} {adapter!r}")
+    return Request(state=obj["state"], questions=questions, images=images, id=rid, adapter=adapter)
 
 
 def canonical_json(value: Any) -> str:

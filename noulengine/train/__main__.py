@@ -94,12 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     except (TrainingDataError, FileExistsError, FileNotFoundError, ModelNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (OSError, OutputWriteError) as exc:  # a write failed (a full disk): one line; checkpoints are whole or absent
-        from noulengine.writes import EXIT_WRITE_ERROR, write_error_from
+    except OutputWriteError as exc:  # a write failed (a full disk): one line; checkpoints are whole or absent
+        from noulengine.writes import EXIT_WRITE_ERROR
 
-        print(f"error: {write_error_from(exc, config.output)}; {config.output} holds no finished model (its "
-              "training.json is written last); the last checkpoint, if any, is whole: free space and rerun with "
-              f"--resume {config.output}", file=sys.stderr)
+        print(f"error: {exc}; {config.output} holds no finished model until its training.json is written (last); "
+              f"the last checkpoint, if any, is whole: free space and rerun with --resume {config.output}",
+              file=sys.stderr)
         return EXIT_WRITE_ERROR
     if result.stopped:
         from noulengine.train.checkpoint import EXIT_RESUMABLE

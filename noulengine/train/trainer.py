@@ -53,7 +53,7 @@ from noulengine.train.loss import batch_losses, compile_example
 from noulengine.train.methods import (ADAPTER_WEIGHTS, TRAINING_FORMAT, apply_method, check_init_adapter_files,
                                       init_lora_from_adapter, load_trainable_state, save_trained, trainable_parameters,
                                       trainable_state)
-from noulengine.writes import write_text_atomic
+from noulengine.writes import saving, write_text_atomic
 
 FORMAT = TRAINING_FORMAT  # training.json's "format"; methods checks it on --init-adapter
 VERSION = 1
@@ -282,7 +282,8 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
                     "best": None if best is None else {"nll": best[0], "epoch": best[1], "trainable": best[2]}}
         state = {"trainable": trainable_state(model), "optimizer": optimizer.state_dict(),
                  "scheduler": scheduler.state_dict(), "rng": ckpt.rng_state(), "progress": progress}
-        return ckpt.save_checkpoint(output, meta, state)
+        with saving(output / ckpt.DIRNAME, "the previous checkpoint, if any, is kept"):
+            return ckpt.save_checkpoint(output, meta, state)
 
     scored: dict = {}  # the selection rows' decisions at one update: {"step", "decisions"}
 
@@ -305,7 +306,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         learning.append(point)
         output.mkdir(parents=True, exist_ok=True)
         # rewritten whole: after a resume it holds exactly the checkpoint's points and the new ones
-        (output / "learning_curve.jsonl").write_text("".join(json.dumps(x) + "\n" for x in learning), encoding="utf-8")
+        write_text_atomic(output / "learning_curve.jsonl", "".join(json.dumps(x) + "\n" for x in learning))
         print(json.dumps({"learning_curve": {"step": step, "accuracy": point["all"].get("accuracy"),
                                              "by_kind": {k: m.get("accuracy") for k, m in point["kinds"].items()}}}),
               flush=True)
@@ -406,8 +407,9 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         engine = Engine.from_model(model, tokenizer, processor=loaded.processor, readout=config.readout,
                                    debias="permute", device=str(device), prefix_cache_mb=0, layout=config.layout)
         final["permutation"] = selection_metrics(engine, sel_rows[:config.flip_rate_rows], debias="permute")
-    files = save_trained(model, tokenizer, output, method=config.method, merge=config.merge,
-                         processor=loaded.processor)
+    with saving(output, "no training.json was written, so the folder holds no finished model"):
+        files = save_trained(model, tokenizer, output, method=config.method, merge=config.merge,
+                             processor=loaded.processor)
     training = {
         "format": FORMAT, "version": VERSION, "name": config.name or output.name,
         "base_model": {**base_identity, "spec": _base_spec(config.model, base_identity["sha256"])},
