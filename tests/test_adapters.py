@@ -175,3 +175,28 @@ def test_unsupported_peft_features_are_refused_by_name(adapter_dirs, tmp_path):
         read_adapter("none", tmp_path / "missing")
     a = read_adapter("r8", adapter_dirs["ranks8"])
     assert a.ranks == {8} and all(s == pytest.approx(16 / 8 ** 0.5) for _, _, s in a.modules.values())  # rsLoRA
+
+
+@pytest.mark.default_model
+@pytest.mark.slow
+def test_the_shipped_adapter_served_unmerged_equals_the_merged_default():
+    """The real default model: SmolLM2-135M-Instruct with the shipped v2 adapter loaded unmerged,
+    beside base rows in the same batch, answers the README's request as the merged default does
+    (within 1e-5), with the adapter's own calibration; the base row does not."""
+    from noulengine.models.loading import DEFAULT_ADAPTER_DIR, ModelNotFoundError
+
+    try:
+        multi = Engine.from_pretrained("SmolLM2-135M-Instruct", adapters={"v2": DEFAULT_ADAPTER_DIR})
+        merged = Engine.from_pretrained()
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+    request = {"state": {"ticket": "My card was charged twice for order 4471."}, "questions": {
+        "route": {"type": "choice", "instructions": "Which team handles this?", "criteria": {
+            "billing": "Payments and refunds", "shipping": "Delivery problems", "tech": "Website or app errors"}},
+        "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["can wait", "this week", "today"]},
+        "refund": {"type": "noul", "instructions": "Does the customer ask for money back?"}}}
+    adapted, base = multi.decide_batch([{**request, "adapter": "v2"}, request])
+    want = merged.decide(request)
+    assert _max_diff(_probs(adapted), _probs(want)) <= 1e-5
+    assert all(adapted.answers[f].temperature == want.answers[f].temperature for f in want.answers)
+    assert _max_diff(_probs(base), _probs(want)) > 0.05

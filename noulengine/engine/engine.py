@@ -245,7 +245,7 @@ class Engine:
                 engine reads, or its calibration file was fitted otherwise; a module it adapts is
                 missing or shaped differently here; the model is quantized or a vision-language model.
         """
-        from noulengine.models.loading import load_temperatures
+        from noulengine.models.loading import adapter_identity, load_temperatures
 
         if not isinstance(name, str) or not name.strip():
             raise AdapterError(f"an adapter name must be a non-blank string, got {name!r}")
@@ -265,10 +265,18 @@ class Engine:
                 raise AdapterError(f"adapter {name!r} ({adapter.path}) was trained with {key} {theirs!r}, this engine "
                                    f"reads {key} {mine!r}; build the engine with {key}={theirs!r}")
         temps = None
-        if adapter.calibration_path is not None:
+        if adapter.calibration_path is not None:  # fitted on base + this adapter: checked against both
             try:
-                temps = load_temperatures(adapter.calibration_path, readout=self.config.readout,
-                                          debias=self.config.debias, layout=self.compiler.layout)
+                if ident is not None:
+                    temps = load_temperatures(adapter.calibration_path, identity=adapter_identity(
+                        adapter.path, ident, adapter.training), readout=self.config.readout,
+                        debias=self.config.debias, layout=self.compiler.layout)
+                else:  # an unidentified base (from_model): the settings it was fitted for still must match
+                    temps = load_temperatures(adapter.calibration_path)
+                    fitted = (temps.readout, temps.debias, temps.layout)
+                    if fitted != (self.config.readout, self.config.debias, self.compiler.layout):
+                        raise AdapterError(f"its calibration file was fitted for readout, debias, layout {fitted}, "
+                                           f"this engine runs {(self.config.readout, self.config.debias, self.compiler.layout)}")
             except (NoulEngineError, ValueError, OSError) as exc:  # the calibration file's own error
                 raise AdapterError(f"adapter {name!r}: {exc}") from None
         slot = self.adapters.add(self.runner.model, adapter, device=self.runner.device, dtype=self.runner.dtype)

@@ -313,12 +313,20 @@ def _load_adapter(path: Path, training: dict, *, dtype, device, attn_implementat
     with quiet_peft_checkpointing_warning():  # peft reads a property transformers 5 deprecated
         model = PeftModel.from_pretrained(base.model, str(path), is_trainable=False)
     model = model.merge_and_unload()  # merged: inference costs exactly what the base costs
-    h = hashlib.sha256(base.identity.sha256.encode())
-    h.update(_weights_fingerprint(path).encode())
-    identity = ModelIdentity(training.get("name") or path.name, str(path), h.hexdigest())
+    identity = adapter_identity(path, base.identity, training)
     cal = path / CALIBRATION_FILE
     return LoadedModel(model, base.tokenizer, identity, training, str(cal) if cal.is_file() else None,
                        processor=base.processor)
+
+
+def adapter_identity(path: str | os.PathLike, base: ModelIdentity, training: dict | None) -> ModelIdentity:
+    """The identity of base + the adapter in ``path``: sha256 over the base's sha256 and the adapter
+    files, the same merged (``load_model``) or served unmerged (``Engine.load_adapter``), so the
+    adapter's calibration file and run keys match either way."""
+    path = Path(path)
+    h = hashlib.sha256(base.sha256.encode())
+    h.update(_weights_fingerprint(path).encode())
+    return ModelIdentity((training or {}).get("name") or path.name, str(path), h.hexdigest())
 
 
 def _check_tokenizer(tokenizer, identity: ModelIdentity, training: dict | None, where: Path) -> None:
