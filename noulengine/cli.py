@@ -167,6 +167,43 @@ def engine_from_args(args: argparse.Namespace):
         raise SystemExit(2) from None
 
 
+def add_adapter_arg(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """``--adapter NAME=PATH`` (repeatable): LoRA adapters served unmerged on the model (docs/adapters.md)."""
+    parser.add_argument("--adapter", action="append", metavar="NAME=PATH", default=None, help=help_text)
+
+
+def adapter_specs(values: list[str] | None) -> dict[str, str]:
+    """``["NAME=PATH", ...]`` -> ``{name: path}``.
+
+    Raises:
+        SystemExit(2): a value without ``=``, an empty side, or a name given twice (one line).
+    """
+    out: dict[str, str] = {}
+    for value in values or []:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            print(f"error: --adapter {value!r}: give NAME=PATH (a folder written by noulengine train or a PEFT LoRA "
+                  "folder)", file=sys.stderr)
+            raise SystemExit(2)
+        if name in out:
+            print(f"error: --adapter {name!r} is given twice", file=sys.stderr)
+            raise SystemExit(2)
+        out[name] = path
+    return out
+
+
+def load_adapters(engine, specs: dict[str, str]) -> None:
+    """Load ``--adapter`` folders on ``engine``; a refused one ends the command with status 2, one line."""
+    from noulengine.engine.lora import AdapterError
+
+    for name, path in specs.items():
+        try:
+            engine.load_adapter(name, path)
+        except AdapterError as exc:
+            print(f"error: --adapter {name}={path}: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
 def add_ray_args(parser: argparse.ArgumentParser) -> None:
     """The Ray Data flags shared by ``eval`` and ``decide`` (docs/evaluation.md#ray-data)."""
     g = parser.add_argument_group("Ray Data (the ray extra: pip install -e '.[ray]')")
@@ -304,11 +341,14 @@ def cmd_decide(args: argparse.Namespace) -> int:
         chunk_size = max(1, len(lines))  # one Ray Dataset: the actors load the model once
     else:
         engine = engine_from_args(args)
+        load_adapters(engine, adapter_specs(args.adapter))
         decide = lambda items: [d.to_dict() for d in engine.decide_batch(items, progress=None,  # noqa: E731
                                                                          escalate=escalate)]
         chunk_size = args.chunk
     if args.questions:
         request = {"state": state, "questions": questions}
+        if args.use_adapter:
+            request["adapter"] = args.use_adapter
         if args.images:
             request["images"] = list(args.images)  # local paths (relative: --media-root, MEDIA_ROOT or here)
         decision = engine.decide_batch([request], escalate=escalate)[0]
@@ -424,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input", help="a JSONL file of requests/records")
     p.add_argument("--output", help="where to write answers (JSONL; default stdout)")
     p.add_argument("--chunk", type=int, default=256, help="requests handed to the engine at a time")
+    add_adapter_arg(p, "a LoRA adapter served unmerged beside the model, repeatable; a request picks it with "
+                       "\"adapter\": NAME (docs/adapters.md)")
+    p.add_argument("--use-adapter", metavar="NAME", help="with --state/--questions: answer with this --adapter")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_engine_args(p)
     add_ray_args(p)

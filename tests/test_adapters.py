@@ -200,3 +200,55 @@ def test_the_shipped_adapter_served_unmerged_equals_the_merged_default():
     assert _max_diff(_probs(adapted), _probs(want)) <= 1e-5
     assert all(adapted.answers[f].temperature == want.answers[f].temperature for f in want.answers)
     assert _max_diff(_probs(base), _probs(want)) > 0.05
+
+
+# -- the HTTP server (issue #47 item 3) ---------------------------------------------------------
+
+def test_the_server_serves_adapters_by_name_loads_under_its_root_and_evicts_lru(tiny_llama, tiny_tokenizer,
+                                                                               adapter_dirs, tmp_path):
+    pytest.importorskip("fastapi")
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    from noulengine.serve.app import create_app
+    from noulengine.serve.config import ServeConfig
+
+    root = tmp_path / "root"
+    for name in ("ranks2", "ranks8"):
+        shutil.copytree(adapter_dirs[name], root / name)
+    engine = Engine.from_model(copy.deepcopy(tiny_llama), tiny_tokenizer)
+    cfg = ServeConfig(model_name="tiny", adapters={"r4": str(adapter_dirs["ranks4"])}, adapter_root=str(root),
+                      max_loaded_adapters=2)
+    request = _requests(None, 0)[0]
+    merged = {n: _merged(tiny_llama, tiny_tokenizer, adapter_dirs[f], readout=engine.config.readout).decide(request)
+              for n, f in (("r4", "ranks4"), ("r2", "ranks2"), ("r8", "ranks8"))}
+    with TestClient(create_app(engine, cfg)) as c:
+        listing = c.get("/v1/adapters").json()
+        assert [a["name"] for a in listing["adapters"]] == ["r4"] and listing["max_loaded"] == 2
+        r = c.post("/v1/decide", json={**request, "adapter": "r4"})
+        assert r.status_code == 200 and r.json()["adapter"] == "r4"
+        got = {f: a["probabilities"] for f, a in r.json()["answers"].items()}
+        assert _max_diff(got, _probs(merged["r4"])) <= 1e-5
+        assert c.post("/v1/decide", json=request).json()["adapter"] is None
+        unknown = c.post("/v1/decide", json={**request, "adapter": "nope"})
+        assert unknown.status_code == 404 and unknown.json()["detail"]["error_type"] == "adapter_not_found"
+        # run-time loads: only under the root
+        assert c.post("/v1/adapters", json={"name": "x", "path": str(adapter_dirs["ranks4"])}).status_code == 403
+        assert c.post("/v1/adapters", json={"name": "y", "path": "../../etc"}).status_code == 403
+        assert c.post("/v1/adapters", json={"name": "r2", "path": "ranks2"}).status_code == 200
+        assert c.post("/v1/adapters", json={"name": "r2", "path": "ranks2"}).status_code == 409
+        assert c.post("/v1/adapters", json={"name": "r8", "path": "ranks8"}).status_code == 200  # evicts r4
+        state = {a["name"]: a["loaded"] for a in c.get("/v1/adapters").json()["adapters"]}
+        assert state == {"r4": False, "r2": True, "r8": True}
+        # an evicted adapter is loaded again when named, and still answers as itself
+        again = c.post("/v1/decide", json={**request, "adapter": "r4"}).json()
+        assert _max_diff({f: a["probabilities"] for f, a in again["answers"].items()}, _probs(merged["r4"])) <= 1e-5
+        # /v1/systemone: the request's model chooses the adapter
+        jev = c.post("/v1/systemone", json={"model": "r8", "state": request["state"], "questions": {
+            "flag": {"type": "noul", "instructions": "Is it urgent?"}}})
+        assert jev.status_code == 200 and jev.json()["model"] == "r8"
+        metrics = c.get("/metrics").text
+        assert 'noulengine_adapter_loaded{adapter="r4"} 1' in metrics and "noulengine_adapter_evictions_total 2" in metrics
+        assert c.delete("/v1/adapters/r2").status_code == 200 and c.delete("/v1/adapters/r2").status_code == 404
+        assert c.post("/v1/decide", json={**request, "adapter": "r2"}).status_code == 404

@@ -34,6 +34,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="questions per request accepted by a route (decide, systemone), or by every route "
                         f"without ROUTE=; 'none' removes the cap; repeatable (default {defaults}); more get 422")
     p.add_argument("--model-name", help="name reported in responses and /v1/models (default: the model's name)")
+    from noulengine.cli import add_adapter_arg
+
+    add_adapter_arg(p, "a LoRA adapter served beside the model, repeatable: requests name it with \"adapter\" "
+                       "(/v1/decide) or \"model\" (/v1/systemone); GET /v1/adapters lists them (docs/adapters.md)")
+    p.add_argument("--adapter-root", metavar="DIR", help="POST /v1/adapters may load adapter folders under DIR at "
+                                                          "run time (default: off)")
+    p.add_argument("--max-loaded-adapters", type=int, metavar="N",
+                   help="adapters loaded at once at most; the least recently used is unloaded to make room and "
+                        "loaded again when named (default: no limit)")
     p.add_argument("--log-level", default="info")
     add_engine_args(p, skip=("batch_tokens", "media_root"))  # HTTP never reads image paths
     from noulengine.escalate.args import add_escalation_args
@@ -74,6 +83,13 @@ def config_from_args(args: argparse.Namespace, engine=None) -> ServeConfig:
         escalation = escalation_from_args(args)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
+    from noulengine.cli import adapter_specs
+
+    adapters = adapter_specs(args.adapter)
+    if args.max_loaded_adapters is not None and args.max_loaded_adapters < 1:
+        raise SystemExit(f"error: --max-loaded-adapters must be at least 1, got {args.max_loaded_adapters}")
+    if args.adapter_root is not None and not Path(args.adapter_root).is_dir():
+        raise SystemExit(f"error: --adapter-root {args.adapter_root}: no such folder")
     name = args.model_name
     if not name:
         ident = getattr(engine, "identity", None)
@@ -82,7 +98,8 @@ def config_from_args(args: argparse.Namespace, engine=None) -> ServeConfig:
                        max_batch_requests=args.max_batch_requests, max_wait_ms=args.max_wait_ms,
                        max_queue=args.max_queue, max_body_bytes=int(args.max_body_mb * 1024 * 1024),
                        body_timeout_s=args.body_timeout_s, max_questions=max_questions, escalation=escalation,
-                       escalate_by_default=args.escalate_default == "on")
+                       escalate_by_default=args.escalate_default == "on", adapters=adapters,
+                       adapter_root=args.adapter_root, max_loaded_adapters=args.max_loaded_adapters)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         engine.config.batch_tokens = config.max_batch_tokens
     from noulengine.serve.app import create_app
 
-    app = create_app(engine, config)
+    from noulengine.engine.lora import AdapterError
+
+    try:
+        app = create_app(engine, config)
+    except AdapterError as exc:  # an --adapter folder the model cannot serve: one line, no traceback
+        print(f"error: --adapter: {exc}", file=sys.stderr)
+        return 2
     import uvicorn
 
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_keep_alive=5,

@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import time
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -36,6 +37,9 @@ from noulengine.serve.metrics import Metrics, MetricsMiddleware
 from noulengine.serve.responses import ApiError, FiniteJSONResponse, ValidationFailure, record_error_failure
 from noulengine.serve.schemas import openapi_document
 from noulengine.serve.validation import check_body, check_json_values
+from noulengine.engine.lora import AdapterError
+from noulengine.serve.adapters import NAME as ADAPTER_NAME
+from noulengine.serve.adapters import AdapterAccessError, AdapterRegistry
 from noulengine.serve.worker import BatchWorker, QueueFull
 
 log = logging.getLogger("noulengine.serve")
@@ -98,6 +102,13 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
     metrics.prefix_store = getattr(engine, "prefix_store", None)
     worker = BatchWorker(engine, max_batch_tokens=config.max_batch_tokens, max_batch_requests=config.max_batch_requests,
                          max_wait_ms=config.max_wait_ms, max_queue=config.max_queue, metrics=metrics)
+    # LoRA adapters (serve/adapters.py): loaded under the worker's engine lock, evicted least recently used
+    registry = AdapterRegistry(engine, root=config.adapter_root, max_loaded=config.max_loaded_adapters,
+                               lock=worker.engine_lock)
+    for name, folder in (config.adapters or {}).items():  # --adapter NAME=PATH: any folder the operator names
+        registry.register(name, Path(folder))
+    worker.before_batch = lambda requests: registry.ensure_loaded([r.adapter for r in requests])
+    metrics.adapters = registry
     accepted_models = {config.model_name, *config.aliases}
     escalator = None
     if config.escalation is not None:
@@ -127,7 +138,8 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         if app.openapi_schema is None:
             base = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             app.openapi_schema = openapi_document(base, {r: config.question_cap(r) for r in ROUTES},
-                                                  keyed=config.api_key is not None, models=tuple(accepted_models),
+                                                  keyed=config.api_key is not None,
+                                                  models=tuple(accepted_models | set(registry.paths)),
                                                   images=supports_images, escalation=escalator is not None)
         return app.openapi_schema
 
@@ -165,6 +177,9 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
     # -- inference --------------------------------------------------------------------------
     async def run_decision(parsed):
         """Queue one parsed request and wait for its Decision; map refusals to HTTP errors."""
+        if parsed.adapter is not None and parsed.adapter not in registry.paths:
+            raise ApiError(404, "adapter_not_found", f"field 'adapter': no adapter named {parsed.adapter!r} is served "
+                                                     f"here (GET /v1/adapters lists {sorted(registry.paths)})")
         try:
             future = worker.submit(parsed)
         except QueueFull as exc:
@@ -264,14 +279,17 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
             model = body["model"]
             if not isinstance(model, str):
                 raise ValidationFailure(["model"], f"model must be a string, got {type(model).__name__}", "string_type")
-            if model not in accepted_models:
+            if model not in accepted_models and model not in registry.paths:
                 raise ApiError(404, "model_not_found", f"model {model!r} is not served here; "
-                                                       f"use one of {sorted(accepted_models)}")
+                                                       f"use one of {sorted(accepted_models | set(registry.paths))}")
+        adapter = body.get("model") if isinstance(body, dict) and body.get("model") in registry.paths else None
         canonical, legends = systemone.translate_request(body, config.question_cap("systemone"))
+        if adapter is not None:  # the request's model names a served adapter: it answers, no other model
+            canonical = {**canonical, "adapter": adapter}
         parsed = await parse_canonical(canonical)
         decision = await run_decision(parsed)
         try:
-            content = systemone.jev_response(config.model_name, decision, legends)
+            content = systemone.jev_response(adapter or config.model_name, decision, legends)
         except ValueError as exc:
             log.error("non-finite output: %s", exc)
             raise ApiError(500, "non_finite_output", "the model produced a non-finite number") from None
@@ -331,7 +349,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         if not stream:
             if options is not None:
                 decision = await escalator.escalate(decision, parsed, options)
-            return finite(decision.to_dict())
+            return finite({**decision.to_dict(), "adapter": parsed.adapter})
 
         async def events():
             final = {}
@@ -361,6 +379,53 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.get("/v1/adapters")
+    async def adapters_list(request: Request):
+        """The registered LoRA adapters, which are loaded, and the limits."""
+        check_key(request.headers, config.api_key)
+        return await run_in_threadpool(registry.describe)
+
+    @app.post("/v1/adapters")
+    async def adapters_load(request: Request):
+        """Register and load ``{"name", "path"}``: a folder under ``--adapter-root``."""
+        check_key(request.headers, config.api_key)
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise ValidationFailure([], f"the body must be an object with name and path, got {type(body).__name__}",
+                                    "model_type")
+        unknown = sorted(set(body) - {"name", "path"})
+        if unknown:
+            raise ValidationFailure([unknown[0]], f"unknown field {unknown[0]!r} (give name and path)", "extra_forbidden")
+        for key in ("name", "path"):
+            if not isinstance(body.get(key), str) or not body[key]:
+                raise ValidationFailure([key], f"{key} must be a non-empty string", "string_type")
+        if not ADAPTER_NAME.match(body["name"]):
+            raise ValidationFailure(["name"], "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+                                    "string_pattern_mismatch")
+        try:
+            folder = registry.resolve(body["path"])
+        except AdapterAccessError as exc:
+            raise ApiError(403, "forbidden", str(exc)) from None
+        if body["name"] in registry.paths:
+            raise ApiError(409, "adapter_exists", f"adapter {body['name']!r} is already registered; DELETE it first")
+        try:
+            info = await run_in_threadpool(registry.register, body["name"], folder)
+        except AdapterError as exc:
+            raise ApiError(400, "adapter_refused", str(exc)) from None
+        app.openapi_schema = None  # /v1/systemone's model enum lists the adapters
+        return info
+
+    @app.delete("/v1/adapters/{name}")
+    async def adapters_delete(name: str, request: Request):
+        """Unregister and unload an adapter; later requests naming it get 404."""
+        check_key(request.headers, config.api_key)
+        try:
+            await run_in_threadpool(registry.unregister, name)
+        except AdapterError as exc:
+            raise ApiError(404, "adapter_not_found", str(exc)) from None
+        app.openapi_schema = None
+        return {"deleted": name}
 
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_body_bytes, body_timeout_s=config.body_timeout_s)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

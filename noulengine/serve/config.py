@@ -42,6 +42,11 @@ class ServeConfig:
             escalation gets 400 ``escalation_unavailable``.
         escalate_by_default: with ``escalation``, whether a request that does not say
             ``"escalate"`` is escalated.
+        adapters: ``{name: folder}`` LoRA adapters served from the start (``--adapter NAME=PATH``).
+        adapter_root: the folder ``POST /v1/adapters`` may load from (``--adapter-root``); None:
+            no loading at run time.
+        max_loaded_adapters: adapters loaded at once at most, least recently used unloaded first
+            (``--max-loaded-adapters``); None: no limit.
     """
 
     model_name: str = "noulengine"
@@ -58,6 +63,9 @@ class ServeConfig:
     description: str = "noulengine decision model"
     max_questions: dict = field(default_factory=lambda: dict(DEFAULT_MAX_QUESTIONS))
     escalation: object | None = None
+    adapters: dict = field(default_factory=dict)
+    adapter_root: str | None = None
+    max_loaded_adapters: int | None = None
     escalate_by_default: bool = True
 
     def question_cap(self, route: str) -> int | None:

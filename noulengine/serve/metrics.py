@@ -16,6 +16,9 @@ Series:
   noulengine_prefix_cache_entries                gauge
   noulengine_prefix_cache_bytes                  gauge (keys and values held)
   noulengine_prefix_cache_capacity_bytes         gauge (0: cross-request prefix caching off)
+  noulengine_adapter_batches_total{adapter}      counter (engine calls that served a LoRA adapter)
+  noulengine_adapter_loaded{adapter}             gauge (1 loaded, 0 registered but evicted)
+  noulengine_adapter_evictions_total             counter (least-recently-used unloads)
 
 The prefix-cache series follow vLLM's prefix_cache_queries / prefix_cache_hits (token counts).
 """
@@ -27,7 +30,7 @@ import time
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
-ROUTES = ("/", "/healthz", "/metrics", "/v1/models", "/v1/systemone", "/v1/decide")
+ROUTES = ("/", "/healthz", "/metrics", "/v1/models", "/v1/systemone", "/v1/decide", "/v1/adapters")
 
 
 class _Histogram:
@@ -65,6 +68,7 @@ class Metrics:
         self.queue_depth = 0
         self.input_tokens = 0
         self.prefix_store = None  # the engine's PrefixKVStore, read at render time
+        self.adapters = None  # the server's AdapterRegistry, read at render time
         self.started = time.time()
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
@@ -107,7 +111,23 @@ class Metrics:
                     "# HELP noulengine_input_tokens_total Packed input tokens fed to the model.",
                     "# TYPE noulengine_input_tokens_total counter", f"noulengine_input_tokens_total {self.input_tokens}"]
             out += self._prefix_cache_lines()
+            out += self._adapter_lines()
         return "\n".join(out) + "\n"
+
+    def _adapter_lines(self) -> list[str]:
+        reg = self.adapters
+        if reg is None:
+            return []
+        names = sorted(reg.paths)
+        out = ["# HELP noulengine_adapter_batches_total Engine calls that served each LoRA adapter.",
+               "# TYPE noulengine_adapter_batches_total counter"]
+        out += [f'noulengine_adapter_batches_total{{adapter="{n}"}} {reg.requests.get(n, 0)}' for n in names]
+        out += ["# HELP noulengine_adapter_loaded Whether each registered LoRA adapter is loaded (1) or evicted (0).",
+                "# TYPE noulengine_adapter_loaded gauge"]
+        out += [f'noulengine_adapter_loaded{{adapter="{n}"}} {int(n in reg.loaded)}' for n in names]
+        out += ["# HELP noulengine_adapter_evictions_total LoRA adapters unloaded to make room (least recently used).",
+                "# TYPE noulengine_adapter_evictions_total counter", f"noulengine_adapter_evictions_total {reg.evictions}"]
+        return out
 
     def _prefix_cache_lines(self) -> list[str]:
         store = self.prefix_store

@@ -224,6 +224,9 @@ class DecideRequest(BaseModel):
         None, description="Hand questions under a confidence threshold to the server's LLM (--escalate-url): true "
                           "(the server's settings), false (never), or overrides; omitted: the server's default. "
                           "400 escalation_unavailable on a server without an LLM.")
+    adapter: Union[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")], None] = Field(
+        None, description="The LoRA adapter that answers (GET /v1/adapters); null or omitted: the served model. A name "
+                          "this server has not registered: 404 adapter_not_found.")
     stream: bool = Field(False, description="true: answer as server-sent events (text/event-stream): an 'answer' "
                                             "event per question as soon as it is final, then a 'done' event.")
 
@@ -348,6 +351,7 @@ class DecideUsage(BaseModel):
 class DecideResponse(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: Union[str, None]
+    adapter: Union[str, None] = Field(None, description="The LoRA adapter that answered (null: the served model).")
     answers: dict[str, EngineAnswer] = Field(description="Question id -> answer, in question order.")
     usage: DecideUsage
     latency_s: Annotated[float, Field(ge=0.0)]
@@ -439,6 +443,43 @@ class ModelsResponse(BaseModel):
     models: list[ModelInfo]
 
 
+class AdapterInfo(BaseModel):
+    """One registered LoRA adapter (noulengine/serve/adapters.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    path: str
+    loaded: bool = Field(description="Loaded on the model now (false: evicted, loaded again when a request names it).")
+    requests: Annotated[int, Field(ge=0)] = Field(description="Engine calls (batches) that served it since the server started.")
+    ranks: Union[list[int], None] = None
+    modules: Union[int, None] = None
+    bytes: Union[int, None] = None
+    base: Union[str, None] = None
+    calibrated: Union[bool, None] = None
+
+
+class AdaptersResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    adapters: list[AdapterInfo]
+    max_loaded: Union[int, None] = Field(description="--max-loaded-adapters (null: no limit).")
+    root: Union[str, None] = Field(description="--adapter-root: POST /v1/adapters loads from under it (null: off).")
+    evictions: Annotated[int, Field(ge=0)]
+
+
+class AdapterLoadRequest(BaseModel):
+    """``POST /v1/adapters``: register and load the adapter in a folder under ``--adapter-root``."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+    path: Annotated[str, StringConstraints(min_length=1)] = Field(
+        description="The folder, relative to --adapter-root (or absolute, inside it).")
+
+
+class AdapterDeleted(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    deleted: str
+
+
 class ImageLimits(BaseModel):
     model_config = ConfigDict(extra="forbid")
     accepted: bool
@@ -469,7 +510,9 @@ _ERROR_TEXT = {
     400: "Unsupported modality (images on a text-only model), a request the tokenizer cannot take, or "
          "escalation asked of a server without an LLM.",
     401: "Missing or wrong API key.",
-    404: "Unknown model.",
+    403: "Loading adapters at run time is off here (no --adapter-root), or the folder lies outside the root.",
+    404: "Unknown model, adapter or route item.",
+    409: "An adapter of that name is already registered.",
     408: "The body was not received in time.",
     413: "The body, an image or the prompt is over a limit.",
     415: "A Content-Type other than application/json.",
@@ -483,11 +526,17 @@ _ERROR_TEXT = {
 ROUTE_MODELS = {
     "/v1/systemone": ("post", SystemOneRequest, SystemOneResponse,
                       (400, 401, 404, 408, 413, 415, 422, 429, 500, 503), True),
-    "/v1/decide": ("post", DecideRequest, DecideResponse, (400, 401, 408, 413, 415, 422, 429, 500, 503), True),
+    "/v1/decide": ("post", DecideRequest, DecideResponse, (400, 401, 404, 408, 413, 415, 422, 429, 500, 503), True),
     "/v1/models": ("get", None, ModelsResponse, (401,), True),
     "/v1/limits": ("get", None, LimitsResponse, (), False),
     "/healthz": ("get", None, HealthResponse, (), False),
 }
+# routes sharing a path with another method: (path, method, request model, 200 model, errors, needs the key)
+ADAPTER_ROUTES = [
+    ("/v1/adapters", "get", None, AdaptersResponse, (401,), True),
+    ("/v1/adapters", "post", AdapterLoadRequest, AdapterInfo, (400, 401, 403, 408, 409, 413, 415, 422), True),
+    ("/v1/adapters/{name}", "delete", None, AdapterDeleted, (401, 404), True),
+]
 _CAP_ROUTES = {"/v1/systemone": "systemone", "/v1/decide": "decide"}
 
 
@@ -523,6 +572,7 @@ def component_schemas() -> dict:
     from pydantic.json_schema import models_json_schema
 
     models = {m for _, req, resp, _, _ in ROUTE_MODELS.values() for m in (req, resp) if m is not None}
+    models |= {m for _, _, req, resp, _, _ in ADAPTER_ROUTES for m in (req, resp) if m is not None}
     models |= {ValidationErrorResponse, ErrorResponse, *STREAM_EVENTS.values()}
     _, top = models_json_schema([(m, "validation") for m in sorted(models, key=lambda m: m.__name__)],
                                 ref_template="#/components/schemas/{model}", schema_generator=ClosedKeysJsonSchema)
@@ -579,7 +629,7 @@ def openapi_document(base: dict, caps: dict, keyed: bool, models: tuple = (), *,
                                          "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"}}
     doc["components"] = components
     paths = {p: dict(ops) for p, ops in (doc.get("paths") or {}).items()}
-    for route, (method, req, resp, errors, needs_key) in ROUTE_MODELS.items():
+    for route, method, req, resp, errors, needs_key in [(r, *v) for r, v in ROUTE_MODELS.items()] + ADAPTER_ROUTES:
         op = dict(paths.get(route, {}).get(method) or {})
         if req is not None:
             op["requestBody"] = {"required": True, "content": _json(_ref(req.__name__))}

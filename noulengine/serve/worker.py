@@ -46,8 +46,12 @@ class BatchWorker:
     """A thread that owns the engine and runs gathered requests through ``decide_batch``."""
 
     def __init__(self, engine, *, max_batch_tokens: int = 8192, max_batch_requests: int = 64,
-                 max_wait_ms: float = 5.0, max_queue: int = 256, metrics=None):
+                 max_wait_ms: float = 5.0, max_queue: int = 256, metrics=None, before_batch=None):
         self.engine = engine
+        # held for each batch; adapter loads and unloads (serve/adapters.py) take it too, so the
+        # engine's adapter set never changes under a running pass
+        self.engine_lock = threading.Lock()
+        self.before_batch = before_batch  # called with the batch's requests, the lock held
         self.max_batch_tokens = max(1, int(max_batch_tokens))
         self.max_batch_requests = max(1, int(max_batch_requests))
         self.max_wait_s = max(0.0, float(max_wait_ms)) / 1000.0
@@ -146,8 +150,11 @@ class BatchWorker:
                 return
             try:
                 t0 = time.perf_counter()
-                decisions = self.engine.decide_batch([it.request for it in batch],
-                                                     batch_tokens=self.max_batch_tokens, on_error="record")
+                with self.engine_lock:
+                    if self.before_batch is not None:
+                        self.before_batch([it.request for it in batch])
+                    decisions = self.engine.decide_batch([it.request for it in batch],
+                                                         batch_tokens=self.max_batch_tokens, on_error="record")
                 if self.metrics is not None:
                     self.metrics.observe_batch(len(batch), time.perf_counter() - t0,
                                                sum(d.input_tokens for d in decisions))
