@@ -252,3 +252,20 @@ def test_the_server_serves_adapters_by_name_loads_under_its_root_and_evicts_lru(
         assert 'noulengine_adapter_loaded{adapter="r4"} 1' in metrics and "noulengine_adapter_evictions_total 2" in metrics
         assert c.delete("/v1/adapters/r2").status_code == 200 and c.delete("/v1/adapters/r2").status_code == 404
         assert c.post("/v1/decide", json={**request, "adapter": "r2"}).status_code == 404
+
+
+@pytest.mark.default_model
+@pytest.mark.slow
+def test_the_adapters_bench_checks_every_variant_against_the_merged_model(tmp_path):
+    """`noulengine bench --adapters` (a benchmark, not a timing test): it runs, every variant's
+    answers equal the merged model's within the tolerance, and it writes its table."""
+    from noulengine.bench.cli import main as bench_main
+
+    out = tmp_path / "adapters.json"
+    assert bench_main(["--adapters", "--quick", "--reps", "1", "--workloads", "tickets_3q", "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    (wl,) = result["workloads"]
+    assert [v["variant"] for v in wl["variants"]] == ["merged", "1 adapter", "2 adapters", "4 adapters"]
+    assert all(v["ok"] and v["max_prob_diff_vs_merged"] <= 1e-4 for v in wl["variants"])
+    assert result["memory"]["adapters_loaded"] == 4 and result["memory"]["adapter_bytes"] > 0
+    assert "| tickets_3q (12 requests) | 4 adapters |" in out.with_suffix(".md").read_text()

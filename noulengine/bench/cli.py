@@ -47,6 +47,11 @@ def parse_args(argv):
                         "workload's questions already cached) and cold (new questions every request), interleaved, "
                         "on agnews_1q (with the peer), typed_decisions and tickets_3q (--workloads picks among "
                         "them); writes bench-results/layouts.{json,md} unless --output is given")
+    p.add_argument("--adapters", action="store_true",
+                   help="several LoRA adapters on one base instead: the default adapter merged against the same "
+                        "adapter loaded unmerged under 1, 2 and 4 names, rows routed round-robin in mixed batches, "
+                        "interleaved, on agnews_1q and tickets_3q (--workloads picks among them); writes "
+                        "bench-results/adapters.{json,md} unless --output is given (docs/adapters.md)")
     p.add_argument("--tolerance", type=float, default=None,
                    help="max allowed probability difference (default 1e-4 float32, 2e-2 otherwise)")
     return p.parse_args(argv)

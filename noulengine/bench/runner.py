@@ -284,7 +284,12 @@ def run(args) -> int:
         print(f"bench: --batch-tokens must be >= 1, got {args.batch_tokens}", file=sys.stderr)
         return 2
     if args.output is None:
-        args.output = "bench-results/layouts.json" if getattr(args, "layouts", False) else "bench-results/bench.json"
+        args.output = ("bench-results/layouts.json" if getattr(args, "layouts", False) else
+                       "bench-results/adapters.json" if getattr(args, "adapters", False) else "bench-results/bench.json")
+    if getattr(args, "adapters", False):
+        from noulengine.bench.adapters import run_adapters
+
+        return run_adapters(args, threads_source)
     if getattr(args, "layouts", False):
         from noulengine.bench.layouts import LAYOUT_WORKLOADS, run_layouts
 

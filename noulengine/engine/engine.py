@@ -31,7 +31,7 @@ from noulengine.engine.decision import Decision, make_answer
 from noulengine.engine.model_runner import ModelRunner, pick_device, pick_dtype
 from noulengine.engine.prefix_cache import prefix_cache_unsupported, prefix_cached_hidden_batch
 from noulengine.engine.lora import AdapterError, AdapterSet, read_adapter
-from noulengine.engine.prefix_store import PrefixKVStore, causal_batch_hidden, prefill
+from noulengine.engine.prefix_store import PrefixKVStore, causal_batch_hidden, mixed_causal_batch_hidden, prefill
 from noulengine.engine.readout import batch_candidate_logprobs
 from noulengine.records.errors import NonFiniteLogitsError, NoulEngineError, RecordError, UnsupportedModalityError
 from noulengine.records.schema import Question, Request, request_from_json
@@ -506,6 +506,10 @@ class Engine:
                                                      head=head, static=batch_static,
                                                      keep_static=bool(batch_static) and indices[0] in admitted,
                                                      adapter=rows[0])
+                elif kind == "causal" and store is not None:  # mixed adapters: each row's own cached head
+                    with torch.inference_mode():
+                        hidden = mixed_causal_batch_hidden(self.runner, batch, [compiled[i] for i in indices], store,
+                                                           head=head, slots=rows, routing=self.adapters.routing)
                 else:
                     with self._routed(rows):
                         hidden = self.runner.hidden_states(batch)

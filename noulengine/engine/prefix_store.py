@@ -361,3 +361,38 @@ def causal_batch_hidden(runner, batch, requests, store: PrefixKVStore, *, head: 
     hidden = torch.zeros(rows, width, rest.shape[-1], dtype=runner.dtype, device=dev)
     hidden[:, n:] = rest
     return hidden
+
+
+def mixed_causal_batch_hidden(runner, batch, requests, store: PrefixKVStore, *, head: int, slots: list[int],
+                              routing) -> torch.Tensor:
+    """(B, L, D) hidden states of a causal batch whose rows use different LoRA adapters.
+
+    Each adapter's frame head comes from ``store`` (or is prefilled and kept, under that adapter:
+    :func:`prefix_chain`), the heads are stacked one per row, and every row runs its remaining tokens
+    in one pass with ``routing`` sending each row to its own adapter, so a mixed batch reuses the
+    head as a single-adapter batch does. Without a head shared by every row, the batch runs whole.
+    """
+    shared = shared_root_prefix(requests)
+    first = requests[0].token_ids
+    if not 0 < head <= shared:
+        with routing.use(slots):
+            return runner.hidden_states(batch)
+    heads, reused = {}, {}
+    for slot in dict.fromkeys(slots):
+        with routing.use(slot):
+            heads[slot], _, reused[slot] = prefix_chain(runner, store, first, [head], adapter=slot, keep_first=slot != 0)
+    seen = set()
+    for r, slot in zip(requests, slots):  # the first row of each adapter paid for its head when it was computed
+        store.record(r.input_tokens, head if slot in seen or reused[slot] else 0)
+        seen.add(slot)
+    layers = len(heads[slots[0]].keys)
+    entry = PrefixEntry(tuple(first[:head]), [torch.cat([heads[s].keys[i] for s in slots], 0) for i in range(layers)],
+                        [torch.cat([heads[s].values[i] for s in slots], 0) for i in range(layers)])
+    dev = runner.device
+    rows, width = batch.input_ids.shape
+    with routing.use(slots):
+        rest = runner.forward_with_cache(batch.input_ids[:, head:].to(dev), batch.position_ids[:, head:].to(dev), None,
+                                         cache_for_rows(runner, entry, rows))
+    hidden = torch.zeros(rows, width, rest.shape[-1], dtype=runner.dtype, device=dev)
+    hidden[:, head:] = rest
+    return hidden
