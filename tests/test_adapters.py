@@ -269,3 +269,37 @@ def test_the_adapters_bench_checks_every_variant_against_the_merged_model(tmp_pa
     assert all(v["ok"] and v["max_prob_diff_vs_merged"] <= 1e-4 for v in wl["variants"])
     assert result["memory"]["adapters_loaded"] == 4 and result["memory"]["adapter_bytes"] > 0
     assert "| tickets_3q (12 requests) | 4 adapters |" in out.with_suffix(".md").read_text()
+
+
+def test_eval_with_an_adapter_answers_every_row_with_it(tiny_llama, tiny_tokenizer, adapter_dirs, tmp_path,
+                                                        monkeypatch):
+    """`noulengine eval --adapter NAME=PATH`: the rows are answered by the adapter served unmerged
+    (as the adapter merged would answer them), and the run key names it."""
+    from tests.conftest import SHARED_DATA
+
+    if not (SHARED_DATA / "jevbench" / "easy.jsonl").is_file():
+        pytest.skip("shared data not present")
+    from noulengine import cli
+    from noulengine.eval.__main__ import main
+
+    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(copy.deepcopy(tiny_llama),
+                                                                                tiny_tokenizer))
+    out = tmp_path / "run"
+    args = ["--tasks", "jevbench_easy", "--limit", "3", "--no-plots", "--no-progress", "--output", str(out)]
+    assert main([*args, "--adapter", f"r4={adapter_dirs['ranks4']}"]) == 0
+    assert json.loads((out / "run_key.json").read_text())["adapter"] == "r4"
+    merged = _merged(tiny_llama, tiny_tokenizer, adapter_dirs["ranks4"])
+    monkeypatch.setattr(cli, "engine_from_args", lambda args: merged)
+    ref = tmp_path / "ref"
+    assert main(["--tasks", "jevbench_easy", "--limit", "3", "--no-plots", "--no-progress", "--output", str(ref)]) == 0
+    rows = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
+    want = [json.loads(x) for x in (ref / "predictions.jsonl").read_text().splitlines()]
+    for a, b in zip(rows, want):
+        for f in b["answers"]:
+            pa, pb = a["answers"][f]["probabilities"], b["answers"][f]["probabilities"]
+            assert max(abs(pa[k] - pb[k]) for k in pb) <= 1e-5
+    # the same folder without the adapter is another run: refused, naming the difference
+    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(copy.deepcopy(tiny_llama),
+                                                                                tiny_tokenizer))
+    assert main(args) == 2
+    assert main([*args, "--adapter", "a=x", "--adapter", "b=y"]) == 2

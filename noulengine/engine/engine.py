@@ -639,16 +639,34 @@ class Engine:
             probs = torch.stack([torch.softmax(results[j * n + s][0][0][0], dim=0) for s in range(n)]).mean(0)
             self._priors[key] = torch.log(probs)
 
-    def describe(self) -> dict:
+    def describe(self, adapter: str | None = None) -> dict:
         """JSON-able description: model identity, device, dtype, the resolved readout, debias and
-        calibration (what the engine uses, ``auto`` already resolved), torch CPU threads."""
+        calibration (what the engine uses, ``auto`` already resolved), torch CPU threads, the loaded
+        adapters. With ``adapter`` (a loaded adapter's name): the model and calibration that answer
+        requests naming it (base + adapter, the identity the merged folder would have).
+
+        Raises:
+            AdapterError: ``adapter`` is not loaded.
+        """
         trained = (self.training or {}).get("prompt_version")
-        return {"model": self.identity.to_dict() if self.identity else None, "device": str(self.runner.device),
+        model = self.identity.to_dict() if self.identity else None
+        calibration = self.config.calibration
+        if adapter is not None:
+            from noulengine.models.loading import adapter_identity
+
+            self.adapters.slot(adapter)  # raises for a name not loaded
+            a = self.adapters.adapters[adapter]
+            model = (adapter_identity(a.path, self.identity, a.training).to_dict() if self.identity is not None
+                     else {"name": adapter, "path": str(a.path), "sha256": None})
+            calibration = a.calibration_path
+            trained = (a.training or {}).get("prompt_version")
+        return {"model": model, "device": str(self.runner.device),
                 "prompt_version": self.compiler.prompt_version, "layout": self.compiler.layout,
                 "trained_prompt_version": trained,
                 "dtype": "int8" if self.config.dtype == "int8" else str(self.runner.dtype).replace("torch.", ""),
                 "readout": self.config.readout,
-                "debias": self.config.debias, "calibration": self.config.calibration,
+                "debias": self.config.debias, "calibration": calibration, "adapter": adapter,
+                "adapters": {n: str(a.path) for n, a in self.adapters.adapters.items()},
                 "attn_implementation": self.runner.attn_implementation, "threads": torch.get_num_threads(),
                 "vision": ({"family": self.runner.vision.name, "model_type": self.runner.vlm.config.model_type}
                            if self.runner.vision is not None else None),

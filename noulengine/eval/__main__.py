@@ -45,6 +45,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="reverse: also ask every choice question with its options in reverse order (extra requests "
                         "in the same batches) and report per suite the share of answers that change, beside the "
                         "rotation flip rate of --debias permute; part of the run key")
+    from noulengine.cli import add_adapter_arg
+
+    add_adapter_arg(p, "evaluate a LoRA adapter served unmerged on --model (its base): every row is answered by it, "
+                       "with its own calibration; once (docs/adapters.md); part of the run key")
     shard = p.add_argument_group("sharding (docs/evaluation.md#sharded-runs)")
     shard.add_argument("--workers", type=int, metavar="N", help="split every selected suite into N shares by a stable "
                        "hash of the row id")
@@ -64,8 +68,11 @@ def _run_key(args, engine, tasks) -> dict:
     resolved settings the engine uses (:mod:`noulengine.eval.run_state`)."""
     from noulengine.eval.run_state import run_key
 
-    return run_key(engine.describe(), suite=args.suite, limit=args.limit, sample=args.sample, seed=args.seed,
-                   tasks=tasks, worker=args.worker, workers=args.workers, probe=args.probe)
+    key = run_key(engine.describe(adapter=args.use_adapter), suite=args.suite, limit=args.limit, sample=args.sample,
+                  seed=args.seed, tasks=tasks, worker=args.worker, workers=args.workers, probe=args.probe)
+    if args.use_adapter is not None:  # the rows are answered unmerged by this adapter (model_sha256: base + adapter)
+        key["adapter"] = args.use_adapter
+    return key
 
 
 def _check_data(names: list[str], source, *, named: bool) -> tuple[int | None, list[str]]:
@@ -197,6 +204,7 @@ def _merge(args) -> int:
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     args = build_parser(prog).parse_args(argv)  # before the imports below: --help needs no torch
     args.prog, args.argv = prog, list(argv if argv is not None else sys.argv[1:])
+    args.use_adapter = None  # set from --adapter below (eval answers every row with it)
     from noulengine.cli import engine_from_args, ray_config_from_args
     from noulengine.eval.report import git_revision, invocation_totals, library_versions, throughput
     from noulengine.eval.run_state import InvocationLog, Terminated, default_output, key_differences, sigterm_raises
@@ -246,6 +254,14 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
               "without --workers/--worker (the predictions are resumed, only the escalation step runs)",
               file=sys.stderr)
         return 2
+    from noulengine.cli import adapter_specs as parse_adapter_specs
+
+    adapter_specs = parse_adapter_specs(args.adapter)
+    if len(adapter_specs) > 1:
+        print("error: eval takes one --adapter (every row is answered by it); run one evaluation per adapter",
+              file=sys.stderr)
+        return 2
+    args.use_adapter = next(iter(adapter_specs), None)
     status, missing_named = _check_data(names, args.source, named=tasks is not None)
     if status is not None:
         return status
@@ -260,6 +276,9 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     revision = git_revision()  # the code that runs is the code checked out now, not at the end
     t_load = time.perf_counter()
     engine = engine_from_args(args)
+    from noulengine.cli import load_adapters
+
+    load_adapters(engine, adapter_specs)
     load_s = time.perf_counter() - t_load
     key = _run_key(args, engine, tasks)
     base = Path(args.output) if args.output else default_output(key)
@@ -288,9 +307,10 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     cfg = EvalConfig(suite=args.suite, tasks=tasks, limit=args.limit, sample=args.sample, seed=args.seed,
                      output=str(out), chunk=args.chunk, source=args.source, progress=not args.no_progress,
                      plots=not args.no_plots, worker=args.worker, workers=args.workers, ray=ray_config,
-                     probe=args.probe)
+                     probe=args.probe, adapter=args.use_adapter)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    meta = {"suite": args.suite, "git_revision": revision, "engine": engine.describe(), "threads": threads,
+    meta = {"suite": args.suite, "git_revision": revision, "engine": engine.describe(adapter=args.use_adapter),
+            "threads": threads,
             "versions": library_versions(),
             "selection": {"limit": args.limit, "sample": args.sample, "seed": args.seed,
                           **({"worker": args.worker, "workers": args.workers} if args.workers is not None else {})},

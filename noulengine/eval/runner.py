@@ -18,6 +18,7 @@ prediction and each suite reports the share of answers that changed (:mod:`noule
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -48,6 +49,7 @@ class EvalConfig:
         ray: a :class:`~noulengine.distributed.RayConfig` to run inference on Ray Data actors
             (None: the local engine). Each suite's remaining rows are one Ray Dataset; rows are
             appended as batches finish, so an interrupted Ray run resumes like a local one.
+        adapter: a LoRA adapter loaded on the engine that answers every row (None: the model).
         probe: ``"reverse"``: also ask every choice question with its options reversed and report
             the share of changed answers per suite (:mod:`noulengine.eval.probe`); None: no probe.
     """
@@ -66,6 +68,7 @@ class EvalConfig:
     workers: int | None = None
     ray: object | None = None
     probe: str | None = None
+    adapter: str | None = None
 
 
 def selected_rows(name: str, rows, config: EvalConfig):
@@ -182,6 +185,8 @@ def run_eval(engine, config: EvalConfig, *, on_progress=None) -> list[TaskResult
             rows = selected_rows(name, rows, config)
             for _, rec in rows:
                 rec.metadata["suite"] = name
+                if config.adapter is not None:  # answered by the adapter (it never reaches the prompt)
+                    rec.request = dataclasses.replace(rec.request, adapter=config.adapter)
             todo = [(i, rec) for i, rec in rows if (name, i) not in done]
             res.rows = len(rows)
             t0 = time.perf_counter()
