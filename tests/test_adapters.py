@@ -231,6 +231,8 @@ def test_the_server_serves_adapters_by_name_loads_under_its_root_and_evicts_lru(
         got = {f: a["probabilities"] for f, a in r.json()["answers"].items()}
         assert _max_diff(got, _probs(merged["r4"])) <= 1e-5
         assert c.post("/v1/decide", json=request).json()["adapter"] is None
+        streamed = c.post("/v1/decide", json={**request, "adapter": "r4", "stream": True}).text
+        assert '"adapter": "r4"' in streamed.split("event: done")[1]  # the stream's closing event names it too
         unknown = c.post("/v1/decide", json={**request, "adapter": "nope"})
         assert unknown.status_code == 404 and unknown.json()["detail"]["error_type"] == "adapter_not_found"
         # run-time loads: only under the root

@@ -375,7 +375,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
                 usage["escalation"] = summarize([final[f] for f in decision.answers if f in final],
                                                 wall_s=time.perf_counter() - t0)
             yield sse("done", {"id": decision.id, "usage": usage, "latency_s": decision.latency_s,
-                               "wall_s": time.perf_counter() - t0, "error": None})
+                               "wall_s": time.perf_counter() - t0, "error": None, "adapter": parsed.adapter})
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -375,6 +375,7 @@ class StreamDoneEvent(BaseModel):
     latency_s: Annotated[float, Field(ge=0.0)] = Field(description="The decision model's seconds for the request.")
     wall_s: Annotated[float, Field(ge=0.0)] = Field(description="Seconds from the request's arrival to this event.")
     error: None
+    adapter: Union[str, None] = Field(None, description="The LoRA adapter that answered (null: the served model).")
 
 
 class StreamErrorEvent(BaseModel):
