@@ -85,11 +85,9 @@ def _check_data(names: list[str], source, *, named: bool) -> tuple[int | None, l
         stderr here, at the top of the run.
     """
     from noulengine.eval.suites.discovery import check_data, no_data_message, partial_data_note
-    from noulengine.eval.suites.paths import explicit_data_error
+    from noulengine.eval.suites.paths import refuse_missing_data_folder
 
-    explicit = explicit_data_error(source)  # --source DIR or NOULENGINE_DATA=DIR naming no folder
-    if explicit:
-        print(f"error: {explicit}", file=sys.stderr)
+    if refuse_missing_data_folder(source):  # --source DIR or NOULENGINE_DATA=DIR naming no folder
         return 2, []
     check = check_data(names, source)
     if not check.missing:

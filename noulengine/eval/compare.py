@@ -424,7 +424,7 @@ def build_parser(prog: str = "noulengine compare") -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, prog: str = "noulengine compare") -> int:
     from noulengine.eval.suites.errors import SuiteError
-    from noulengine.eval.suites.paths import explicit_data_error
+    from noulengine.eval.suites.paths import refuse_missing_data_folder
     from noulengine.records.errors import RecordError
 
     args = build_parser(prog).parse_args(argv)
@@ -434,9 +434,7 @@ def main(argv: list[str] | None = None, prog: str = "noulengine compare") -> int
     if args.seed is not None and args.seed < 0:
         print("error: --seed must be 0 or more", file=sys.stderr)
         return 2
-    explicit = explicit_data_error(args.source)
-    if explicit:
-        print(f"error: {explicit}", file=sys.stderr)
+    if refuse_missing_data_folder(args.source):
         return 2
     try:
         runs = [load_run(*parse_run(spec)) for spec in args.runs]

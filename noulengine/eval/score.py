@@ -498,15 +498,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from noulengine.eval.suites.errors import SuiteError
 
-    from noulengine.eval.suites.paths import explicit_data_error
+    from noulengine.eval.suites.paths import refuse_missing_data_folder
 
     args = build_parser().parse_args(argv)
     if args.sample is not None and args.sample < 1:
         print("error: --sample must be at least 1", file=sys.stderr)
         return 2
-    explicit = explicit_data_error(args.source)
-    if explicit:
-        print(f"error: {explicit}", file=sys.stderr)
+    if refuse_missing_data_folder(args.source):
         return 2
     try:
         report = score_file(args.suite, args.predictions, source=args.source, sample=args.sample, seed=args.seed,

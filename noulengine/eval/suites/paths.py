@@ -57,3 +57,14 @@ def explicit_data_error(source: str | Path | None = None) -> str | None:
     kind = "is not a folder" if p.exists() else "does not exist"
     return (f"{what}: the folder {p.resolve()} {kind}; an explicit data folder is never replaced by another "
             f"(unset it to use {repo_root().parent / 'shared' / 'data'})")
+
+
+def refuse_missing_data_folder(source: str | Path | None = None) -> bool:
+    """Print :func:`explicit_data_error`'s line to stderr when there is one; True when the command
+    must stop (exit 2). The one check ``eval``, ``score`` and ``compare`` make before anything else."""
+    import sys
+
+    explicit = explicit_data_error(source)
+    if explicit:
+        print(f"error: {explicit}", file=sys.stderr)
+    return explicit is not None
