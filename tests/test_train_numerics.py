@@ -132,3 +132,43 @@ def test_numerics_check_fingerprints_the_kernels(tiny_llama_dir):
         pytest.skip("this CPU has no vector kernels: native and portable are the same here")
     native = fingerprint("native")
     assert native["numerics"]["mode"] == "native" and native["hashes"]["lora"] != portable["hashes"]["lora"]
+
+
+def test_numerics_pin_is_for_cpu_updates_only(tmp_path):
+    """A CPU part pins its kernels and threads; a GPU part pins nothing and is not refused by a CPU
+    part's pin (the chain of issue #45 pauses on the CPU and continues on a lent GPU)."""
+    from noulengine.train import checkpoint as ckpt
+    from noulengine.train.trainer import _numerics_pin
+
+    kernels = {"mode": "portable", "threads": 2, "cpu_capability": "DEFAULT"}
+    assert _numerics_pin(kernels, torch.device("cpu")) == {"mode": "portable", "threads": 2}
+    assert _numerics_pin(kernels, torch.device("cuda", 0)) is None
+    meta = {"step": 1, "total": 4, "epoch": 0, "batch": 1, "settings": {"lr": 0.1},
+            "data_sha256": {"train": "ab", "selection": None}, "numerics": {"mode": "portable", "threads": 2}}
+    folder = ckpt.save_checkpoint(tmp_path, meta, {"trainable": {}})
+    same = {"settings": {"lr": 0.1}, "data_sha256": {"train": "ab", "selection": None}}
+    assert ckpt.load_checkpoint(folder, **same, numerics=None)[0]["step"] == 1  # a GPU part
+    with pytest.raises(ValueError, match="the checkpoint ran portable CPU kernels, this command native"):
+        ckpt.load_checkpoint(folder, **same, numerics={"mode": "native", "threads": 2})
+    meta["numerics"] = None  # written by a GPU part: a CPU part after it is not refused
+    folder = ckpt.save_checkpoint(tmp_path, meta, {"trainable": {}})
+    assert ckpt.load_checkpoint(folder, **same, numerics={"mode": "native", "threads": 2})[0]["step"] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cpu_portable_checkpoint_resumes_on_a_gpu(tmp_path, toy):  # noqa: F811
+    """The chain's real case (scripts/gpu_recipe.sh): paused with portable kernels on the CPU,
+    continued on CUDA without --numerics; training.json records both parts."""
+    base = [sys.executable, "-m", "noulengine.train", "--data", toy["data"], "--output", str(tmp_path / "m"),
+            "--model", toy["model"], "--selection", toy["selection"], "--lora-r", "4", "--lr", "1e-2",
+            "--epochs", "1", "--batch-tokens", "512", "--max-batch-size", "4", "--seed", "3",
+            "--flip-rate-rows", "0", "--progress", "false"]
+    first = subprocess.run(base + ["--numerics", "portable", "--device", "cpu", "--stop-after", "2"],
+                           capture_output=True, text=True, env=clean_env(NOULENGINE_THREADS="2"), cwd=REPO, timeout=300)
+    assert first.returncode == 75, first.stderr[-2000:]
+    second = subprocess.run(base + ["--device", "cuda", "--resume", str(tmp_path / "m")], capture_output=True,
+                            text=True, env=clean_env(), cwd=REPO, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    segments = json.loads((tmp_path / "m" / "training.json").read_text())["segments"]
+    assert [g["device"].split(":")[0] for g in segments] == ["cpu", "cuda"]

@@ -184,7 +184,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
     resumed = None
     if resume_from is not None:  # checked before the model loads: a wrong command fails at once
         resumed = ckpt.load_checkpoint(resume_from, settings=ckpt.pinned_settings(config), data_sha256=data_sha256,
-                                       numerics=_numerics_pin(kernels))
+                                       numerics=_numerics_pin(kernels, device))
 
     _seed_everything(config.seed)
     loaded = load_model(config.model, dtype=torch.float32, device=device)
@@ -275,7 +275,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         if not main:
             return None
         meta = {"step": step, "total": total, "epoch": epoch, "batch": batch, "settings": ckpt.pinned_settings(config),
-                "data_sha256": data_sha256, "numerics": _numerics_pin(kernels)}
+                "data_sha256": data_sha256, "numerics": _numerics_pin(kernels, device)}
         progress = {"curve": curve, "epochs": epochs_log, "learning_curve": learning, "step": step,
                     "seen_examples": seen_examples, "epoch_sums": ep_acc,
                     "train_s": train_s_before + time.perf_counter() - t_train, "segments": run_segments(),
@@ -455,9 +455,18 @@ def _sha256(path) -> str:
     return sha256_file(Path(path))
 
 
-def _numerics_pin(kernels: dict) -> dict:
+def _numerics_pin(kernels: dict, device: torch.device) -> dict | None:
     """What a resume must repeat of this process's CPU numerics (``kernels``:
-    :func:`noulengine.train.numerics.report`'s dict): ``{"mode", "threads"}``."""
+    :func:`noulengine.train.numerics.report`'s dict): ``{"mode", "threads"}``, or None when the
+    updates run on an accelerator.
+
+    The CPU kernels and thread count decide a float32 CPU run's bits, so a CPU run resumes only with
+    the same ones. Updates on a GPU use neither (the model runs CUDA kernels under bf16 autocast), so
+    a GPU part neither pins them nor is refused by a CPU part's pin: a chain paused on this project's
+    CPU continues on a lent GPU (scripts/gpu_recipe.sh) and back, and training.json's ``segments``
+    say where each part ran."""
+    if device.type != "cpu":
+        return None
     return {"mode": kernels["mode"], "threads": kernels["threads"]}
 
 
