@@ -135,8 +135,8 @@ def test_numerics_check_fingerprints_the_kernels(tiny_llama_dir):
 
 
 def test_numerics_pin_is_for_cpu_updates_only(tmp_path):
-    """A CPU part pins its kernels and threads; a GPU part pins nothing and is not refused by a CPU
-    part's pin (the chain of issue #45 pauses on the CPU and continues on a lent GPU)."""
+    """A CPU part pins its kernels and threads; a GPU part is not refused by a CPU part's pin (the
+    chain of issue #45 pauses on the CPU and continues on a lent GPU)."""
     from noulengine.train import checkpoint as ckpt
     from noulengine.train.trainer import _numerics_pin
 
@@ -150,7 +150,7 @@ def test_numerics_pin_is_for_cpu_updates_only(tmp_path):
     assert ckpt.load_checkpoint(folder, **same, numerics=None)[0]["step"] == 1  # a GPU part
     with pytest.raises(ValueError, match="the checkpoint ran portable CPU kernels, this command native"):
         ckpt.load_checkpoint(folder, **same, numerics={"mode": "native", "threads": 2})
-    meta["numerics"] = None  # written by a GPU part: a CPU part after it is not refused
+    meta["numerics"] = None  # a chain that ran on GPUs only: a CPU part after it is not refused
     folder = ckpt.save_checkpoint(tmp_path, meta, {"trainable": {}})
     assert ckpt.load_checkpoint(folder, **same, numerics={"mode": "native", "threads": 2})[0]["step"] == 1
 
@@ -167,8 +167,39 @@ def test_cpu_portable_checkpoint_resumes_on_a_gpu(tmp_path, toy):  # noqa: F811
     first = subprocess.run(base + ["--numerics", "portable", "--device", "cpu", "--stop-after", "2"],
                            capture_output=True, text=True, env=clean_env(NOULENGINE_THREADS="2"), cwd=REPO, timeout=300)
     assert first.returncode == 75, first.stderr[-2000:]
-    second = subprocess.run(base + ["--device", "cuda", "--resume", str(tmp_path / "m")], capture_output=True,
-                            text=True, env=clean_env(), cwd=REPO, timeout=300)
-    assert second.returncode == 0, second.stderr[-2000:]
-    segments = json.loads((tmp_path / "m" / "training.json").read_text())["segments"]
-    assert [g["device"].split(":")[0] for g in segments] == ["cpu", "cuda"]
+    second = subprocess.run(base + ["--device", "cuda", "--resume", str(tmp_path / "m"), "--stop-after", "4"],
+                            capture_output=True, text=True, env=clean_env(), cwd=REPO, timeout=300)
+    assert second.returncode == 75, second.stderr[-2000:]
+    # the GPU part passes the CPU parts' pin on: back on the CPU, only the same kernels continue
+    meta = json.loads((tmp_path / "m" / "checkpoint" / "checkpoint.json").read_text())
+    assert meta["numerics"] == {"mode": "portable", "threads": 2}
+    refused = subprocess.run(base + ["--numerics", "native", "--device", "cpu", "--resume", str(tmp_path / "m")],
+                             capture_output=True, text=True, env=clean_env(NOULENGINE_THREADS="2"), cwd=REPO, timeout=300)
+    assert refused.returncode == 2 and "the checkpoint ran portable CPU kernels" in refused.stderr
+    third = subprocess.run(base + ["--numerics", "portable", "--device", "cpu", "--resume", str(tmp_path / "m")],
+                           capture_output=True, text=True, env=clean_env(NOULENGINE_THREADS="2"), cwd=REPO, timeout=300)
+    assert third.returncode == 0, third.stderr[-2000:]
+    t = json.loads((tmp_path / "m" / "training.json").read_text())
+    assert [g["device"].split(":")[0] for g in t["segments"]] == ["cpu", "cuda", "cpu"]
+    assert t["optimizer"] == {"name": "AdamW", "fused": True}
+
+
+def test_resumed_optimizer_keeps_this_commands_fused_flag():
+    """A checkpoint's optimizer groups carry their own ``fused`` flag; a resumed part runs its own
+    (portable: fused on the CPU), whatever the part before it ran."""
+    from noulengine.train.trainer import load_optimizer_state
+
+    w = torch.nn.Parameter(torch.ones(3))
+    plain = torch.optim.AdamW([w], lr=0.1)
+    w.grad = torch.full((3,), 0.5)
+    plain.step()
+    saved = plain.state_dict()
+    assert saved["param_groups"][0]["fused"] is None
+    fused = torch.optim.AdamW([w], lr=0.1, fused=True)
+    load_optimizer_state(fused, saved, fused=True)
+    assert fused.param_groups[0]["fused"] is True
+    assert torch.equal(fused.state[w]["exp_avg"], plain.state[w]["exp_avg"])
+    fused.step()  # the fused CPU kernel runs on the loaded state
+    back = torch.optim.AdamW([w], lr=0.1)
+    load_optimizer_state(back, fused.state_dict(), fused=None)
+    assert back.param_groups[0]["fused"] is None

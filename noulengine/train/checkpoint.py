@@ -118,7 +118,8 @@ def load_checkpoint(folder: Path, *, settings: dict, data_sha256: dict,
             records them: the mode always (a run half native, half portable reproduces neither),
             the thread count when portable (its results depend on it; measured in
             tests/test_train_numerics.py). None: not checked (this part runs on a GPU, where the
-            CPU kernels decide nothing; a checkpoint written on a GPU records None and pins nothing).
+            CPU kernels decide nothing; its checkpoints carry the CPU parts' pin on, or None when
+            no part ran on the CPU).
 
     Returns:
         ``(meta, state)``.

@@ -240,7 +240,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
     if resumed is not None:
         meta, state = resumed
         load_trainable_state(model, state["trainable"])
-        optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(optimizer, state["optimizer"], fused=fused_adamw or None)
         scheduler.load_state_dict(state["scheduler"])
         ckpt.set_rng_state(state["rng"])
         p = state["progress"]
@@ -262,6 +262,11 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         bar = tqdm(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True)
 
     step_at_start = step
+    # what a CPU part after this one must repeat: this part's kernels on the CPU; on a GPU, the pin of the
+    # CPU parts before it (a GPU part decides no CPU bits, so it neither sets nor drops the chain's pin)
+    numerics_pin = _numerics_pin(kernels, device)
+    if numerics_pin is None and resumed is not None:
+        numerics_pin = resumed[0].get("numerics")
 
     def run_segments() -> list[dict]:
         """The earlier runs' segments plus this one's so far (from_step inclusive, to_step exclusive)."""
@@ -275,7 +280,7 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         if not main:
             return None
         meta = {"step": step, "total": total, "epoch": epoch, "batch": batch, "settings": ckpt.pinned_settings(config),
-                "data_sha256": data_sha256, "numerics": _numerics_pin(kernels, device)}
+                "data_sha256": data_sha256, "numerics": numerics_pin}
         progress = {"curve": curve, "epochs": epochs_log, "learning_curve": learning, "step": step,
                     "seen_examples": seen_examples, "epoch_sums": ep_acc,
                     "train_s": train_s_before + time.perf_counter() - t_train, "segments": run_segments(),
@@ -455,6 +460,24 @@ def _sha256(path) -> str:
     return sha256_file(Path(path))
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict, *, fused: bool | None) -> None:
+    """Load a checkpoint's optimizer state, keeping this command's ``fused`` flag.
+
+    ``Optimizer.load_state_dict`` replaces each param group with the saved one, flags included, so a
+    CPU part resumed after a GPU part would otherwise run the GPU's step instead of the portable fused
+    one (train/numerics.py). The flag is set on the saved groups before the load, whose cast puts
+    each state's ``step`` on the device the flag wants (fused: the parameter's).
+
+    Args:
+        optimizer: the freshly built optimizer of this command.
+        saved: ``optimizer.state_dict()`` from the checkpoint (its groups are updated in place).
+        fused: this command's flag (True or None).
+    """
+    for group in saved["param_groups"]:
+        group["fused"] = fused
+    optimizer.load_state_dict(saved)
+
+
 def _numerics_pin(kernels: dict, device: torch.device) -> dict | None:
     """What a resume must repeat of this process's CPU numerics (``kernels``:
     :func:`noulengine.train.numerics.report`'s dict): ``{"mode", "threads"}``, or None when the
@@ -462,9 +485,9 @@ def _numerics_pin(kernels: dict, device: torch.device) -> dict | None:
 
     The CPU kernels and thread count decide a float32 CPU run's bits, so a CPU run resumes only with
     the same ones. Updates on a GPU use neither (the model runs CUDA kernels under bf16 autocast), so
-    a GPU part neither pins them nor is refused by a CPU part's pin: a chain paused on this project's
-    CPU continues on a lent GPU (scripts/gpu_recipe.sh) and back, and training.json's ``segments``
-    say where each part ran."""
+    a GPU part is not refused by a CPU part's pin, and its checkpoint passes the CPU parts' pin on:
+    a chain paused on this project's CPU continues on a lent GPU (scripts/gpu_recipe.sh) and back on
+    the CPU with the same kernels, and training.json's ``segments`` say where each part ran."""
     if device.type != "cpu":
         return None
     return {"mode": kernels["mode"], "threads": kernels["threads"]}
