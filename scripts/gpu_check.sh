@@ -27,7 +27,7 @@ echo "gpu_check: NOTE: benchmark models have RANDOM weights (speed only; answers
 status=0
 if [ "$DEVICE" != cpu ]; then
   $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
-  timeout 180 $PY -m pytest -q -m gpu tests/test_kernels.py tests/test_prefix_cache.py tests/test_vision_models.py 2>&1 | tee "$OUT/gpu_tests.txt" || status=1
+  timeout 180 $PY -m pytest -q -m gpu tests/test_kernels.py tests/test_prefix_cache.py tests/test_vision_models.py tests/test_train_numerics.py 2>&1 | tee "$OUT/gpu_tests.txt" || status=1
 fi
 DTYPE=bfloat16; [ "$DEVICE" = cpu ] && DTYPE=float32
 # Per-benchmark limit: on a GPU 100 s each keeps 3 configs x 2 attention paths inside the 10-minute
