@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--numerics", choices=["native", "portable"], default="native",
                     help="CPU float32 kernels: native (the fastest this CPU has) or portable (ATen's generic "
                          "kernels, MKL's COMPATIBLE path, oneDNN at SSE4.1: the same adapter bytes on any x86-64 "
-                         "CPU, about 2x the update time at one thread; noulengine/train/numerics.py) "
+                         "CPU, 1.2x to 4.4x the update time, by CPU; noulengine/train/numerics.py) "
                          "(default native)")
     args = ap.parse_args(argv)
     from noulengine.train import numerics

@@ -28,8 +28,10 @@ user-mode emulation of an Intel Haswell (``qemu-x86_64 -cpu Haswell``) against t
 3-update run of a 2-layer Llama gives the same adapter bytes, and SmolLM2-135M with the recipe's
 LoRA the same logits, gradients and weights after two steps (docs/training.md). The thread count
 still changes the last bits (tests/test_train_numerics.py), so a resume must repeat it and the
-recipe pins it. Cost, on the v2 recipe (2 updates, this host): 2.2x the update time of ``native``
-at one thread, 1.2x at two threads against native at one. The settings must be in the environment
+recipe pins it. Cost, on the v2 recipe (2 updates, an AMD EPYC host): 2.2x the update time of
+``native`` at one thread, 1.2x at two threads against native at one. On an Intel Xeon host with
+AVX-512 (two threads, the v4 mix's first 6 updates) 4.4x: MKL's COMPATIBLE sgemm runs SSE2 code
+there (docs/training.md#cpu-numerics-native-and-portable). The settings must be in the environment
 before torch runs a kernel, which is why ``noulengine train --numerics portable`` sets them before
 importing torch, and a process that already imported torch without them is refused instead of
 silently mixing kernels.
