@@ -182,9 +182,14 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
     if config.init_adapter is not None:  # checked before the model loads; compared by content on --resume
         data_sha256["init_adapter"] = _sha256(check_init_adapter_files(config.init_adapter) / ADAPTER_WEIGHTS)
     resumed = None
+    # what a CPU part after this one must repeat: this part's kernels on the CPU; on a GPU, the pin of the
+    # CPU parts before it (a GPU part decides no CPU bits, so it neither sets nor drops the chain's pin)
+    numerics_pin = _numerics_pin(kernels, device)
     if resume_from is not None:  # checked before the model loads: a wrong command fails at once
         resumed = ckpt.load_checkpoint(resume_from, settings=ckpt.pinned_settings(config), data_sha256=data_sha256,
-                                       numerics=_numerics_pin(kernels, device))
+                                       numerics=numerics_pin)
+        if numerics_pin is None:
+            numerics_pin = resumed[0].get("numerics")
 
     _seed_everything(config.seed)
     loaded = load_model(config.model, dtype=torch.float32, device=device)
@@ -262,11 +267,6 @@ def _train(config: TrainConfig, *, evaluation_index=None, accelerator=None, sign
         bar = tqdm(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True)
 
     step_at_start = step
-    # what a CPU part after this one must repeat: this part's kernels on the CPU; on a GPU, the pin of the
-    # CPU parts before it (a GPU part decides no CPU bits, so it neither sets nor drops the chain's pin)
-    numerics_pin = _numerics_pin(kernels, device)
-    if numerics_pin is None and resumed is not None:
-        numerics_pin = resumed[0].get("numerics")
 
     def run_segments() -> list[dict]:
         """The earlier runs' segments plus this one's so far (from_step inclusive, to_step exclusive)."""
