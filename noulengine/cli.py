@@ -64,7 +64,8 @@ def device_arg(value: str) -> str:
 # Help text of the engine flags, written for a command line (the EngineConfig docstring is
 # written for Python: None, ``markup``). A field missing here falls back to its docstring line.
 ENGINE_FLAG_HELP = {
-    "model": "the model: omitted = the embedded default decision model; base = its untrained base; an embedded "
+    "model": "the model: omitted = the embedded default decision model; a shipped decision model by name "
+             "(noul-smollm2-135m-v2); base = the default's untrained base; an embedded "
              "base by name (SmolLM2-135M-Instruct, gemma-3-270m: installed from the package index); a local "
              "directory (a noulengine train output too) or a .gguf file",
     "device": "cpu, cuda, cuda:N or mps (default: CUDA when available, else CPU)",
@@ -224,7 +225,7 @@ def ray_config_from_args(args: argparse.Namespace):
     value or a missing ``ray`` extra, before anything starts)."""
     from noulengine.distributed.ray_data import RayConfig, _require_ray
 
-    from noulengine.models.loading import is_base_name
+    from noulengine.models.loading import is_base_name, shipped_model_dir
 
     for name in ("actors", "ray_batch_size"):
         if getattr(args, name) < 1:
@@ -234,9 +235,11 @@ def ray_config_from_args(args: argparse.Namespace):
         print("error: --cpus-per-actor must be > 0 and --gpus-per-actor >= 0", file=sys.stderr)
         raise SystemExit(2)
     model = getattr(args, "model", None)
-    if model is not None and not is_base_name(model) and not Path(model).expanduser().exists():
+    if (model is not None and not is_base_name(model) and shipped_model_dir(model) is None
+            and not Path(model).expanduser().exists()):
         # checked here: a model the actors cannot load would surface as an actor traceback after start-up
-        print(f"error: --model: {model!r} not found (a local directory, a .gguf file, or a base-model name)",
+        print(f"error: --model: {model!r} not found (a local directory, a .gguf file, a shipped "
+              "decision model's or a base model's name)",
               file=sys.stderr)
         raise SystemExit(2)
     try:

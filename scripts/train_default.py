@@ -27,9 +27,10 @@ Steps (``data``, ``train``, ``calibrate`` by default; ``install`` only when name
    ``calibration.json``.
 4. ``install`` (only when named in ``--steps``): copy the adapter, ``training.json`` and
    ``calibration.json`` (of ``<work>/model``, or of ``--install-from DIR``: a committed candidate
-   whose reproduction matched) into
-   ``noulengine/models/default_adapter/`` (what ``Engine.from_pretrained()`` loads) and pin the
-   adapter's sha256 in ``noulengine/models/loading.py`` (``DEFAULT_ADAPTER_SHA256``).
+   whose reproduction matched) into ``noulengine/models/decision_models/<name>/`` (the name its
+   ``training.json`` records, ``--name`` at training), pin the adapter's sha256 there in
+   ``shipped.json`` and make it the default (what ``Engine.from_pretrained()`` loads). Earlier
+   defaults stay, loadable by name; a name already shipped with another adapter is refused.
 
 After ``train`` and ``calibrate`` the run is compared with the installed default
 (:func:`compare_with`): the data's and the adapter's sha256 (``matches`` / ``DIFFERS
@@ -92,9 +93,10 @@ from noulengine.eval.suites.hashing import short_id, write_jsonl  # noqa: E402
 from noulengine.curricula import nouls, procedural, scenarios, toolrl  # noqa: E402
 from noulengine.curricula.reworded import frame_prompt, reword_safety, reword_topic  # noqa: E402
 from noulengine.models.embedded import EMBEDDED_BASES, embedded_base  # noqa: E402
-from noulengine.models.loading import DEFAULT_ADAPTER_DIR, sha256_file  # noqa: E402
+from noulengine.models.loading import DECISION_MODELS_DIR, DEFAULT_ADAPTER_DIR, read_shipped, sha256_file  # noqa: E402
 from noulengine.train import numerics  # noqa: E402
 from noulengine.train.checkpoint import EXIT_RESUMABLE  # noqa: E402
+from noulengine.writes import write_text_atomic  # noqa: E402
 
 WORK = REPO / "runs" / "train-default"
 SEED = 20261201
@@ -536,6 +538,52 @@ def compare_with(model_dir: Path, reference: Path = DEFAULT_ADAPTER_DIR) -> list
     return lines
 
 
+SHIPPED_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")  # a folder name and a --model value
+
+
+def install_shipped(model_dir: Path, decision_models: Path | None = None) -> Path:
+    """Install a trained, calibrated model folder as the default decision model.
+
+    Copies :data:`ADAPTER_FILES` into ``<decision_models>/<name>/`` (``name``: its ``training.json``
+    ``name``), pins the adapter's sha256 in ``<decision_models>/shipped.json`` and makes ``name`` the
+    default there (:func:`noulengine.models.loading.read_shipped`). Older shipped models stay,
+    loadable by name. The folder is written beside its place and renamed in, and ``shipped.json``
+    last (a rename), so an interrupted install leaves the previous default whole.
+
+    Raises:
+        SystemExit: the name is not a plain lower-case name, or is shipped already with another
+            adapter (a shipped name keeps meaning one adapter: train the new one with ``--name``).
+    """
+    decision_models = decision_models or DECISION_MODELS_DIR
+    name = json.loads((model_dir / "training.json").read_text(encoding="utf-8")).get("name") or ""
+    if not SHIPPED_NAME.match(name):
+        raise SystemExit(f"install: {model_dir / 'training.json'}: name {name!r} is not a shipped model's name "
+                         "(lower-case letters, digits, '.', '_', '-'); retrain with --name noul-<base>-v<N>")
+    shipped_file = decision_models / "shipped.json"
+    shipped = read_shipped(shipped_file) if shipped_file.is_file() else {"default": None, "models": {}}
+    digest = sha256_file(model_dir / "adapter_model.safetensors")
+    pinned = shipped["models"].get(name, {}).get("adapter_sha256")
+    if pinned is not None and pinned != digest:
+        raise SystemExit(f"install: {name} is shipped already with adapter sha256 {pinned}, and this one is {digest}; "
+                         "a shipped name keeps meaning one adapter: retrain with --name <a new version>")
+    target = decision_models / name
+    staging = decision_models / f".{name}.installing"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for file in ADAPTER_FILES:
+        shutil.copy2(model_dir / file, staging / file)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(staging, target)
+    shipped["models"][name] = {"adapter_sha256": digest}
+    previous, shipped["default"] = shipped["default"], name
+    write_text_atomic(shipped_file, json.dumps(shipped, indent=1) + "\n")
+    print(f"installed {name} into {target} as the default" + (f" (was {previous}, still loadable by name)"
+                                                              if previous not in (None, name) else "") + ":")
+    for file in ADAPTER_FILES:
+        print(f"  {file} sha256 {sha256_file(target / file)}")
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     # install is never implied: an experiment (another mix, base or work folder) must not replace the
@@ -599,8 +647,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--install-from {args.install_from}: only with --steps install (the other steps write "
                      "<work>/model, which the install step would then not copy)")
         missing = [n for n in ADAPTER_FILES if not (args.install_from / n).is_file()]
-        if args.install_from.resolve() == DEFAULT_ADAPTER_DIR.resolve():
-            ap.error(f"--install-from {args.install_from}: that is the installed default itself")
+        if args.install_from.resolve().parent == DECISION_MODELS_DIR.resolve():
+            ap.error(f"--install-from {args.install_from}: that is the shipped model {args.install_from.name} itself")
         if missing:
             ap.error(f"--install-from {args.install_from}: no {', '.join(missing)} there (a model folder written by "
                      "noulengine train and calibrated by noulengine calibrate)")
@@ -676,18 +724,7 @@ def main(argv: list[str] | None = None) -> int:
         if embedded_base(spec) is None:  # what the loader's default_base() reads: a path would not travel
             raise SystemExit(f"install: {model_dir / 'training.json'} names base {spec!r}, not an embedded base "
                              f"({EMBEDDED_NAMES}); retrain with --model <that name>")
-        DEFAULT_ADAPTER_DIR.mkdir(parents=True, exist_ok=True)
-        for name in ADAPTER_FILES:
-            shutil.copy2(model_dir / name, DEFAULT_ADAPTER_DIR / name)
-        # the loader refuses an adapter whose sha256 is not the pinned one: pin the new one
-        loading = REPO / "noulengine" / "models" / "loading.py"
-        digest = sha256_file(DEFAULT_ADAPTER_DIR / "adapter_model.safetensors")
-        text = re.sub(r'^DEFAULT_ADAPTER_SHA256 = "[0-9a-f]{64}"$', f'DEFAULT_ADAPTER_SHA256 = "{digest}"',
-                      loading.read_text(encoding="utf-8"), count=1, flags=re.M)
-        loading.write_text(text, encoding="utf-8")
-        print(f"installed into {DEFAULT_ADAPTER_DIR}:")
-        for name in ADAPTER_FILES:
-            print(f"  {name} sha256 {sha256_file(DEFAULT_ADAPTER_DIR / name)}")
+        install_shipped(model_dir)
     times["total_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps({"recipe_times": times}))
     work.mkdir(parents=True, exist_ok=True)  # an install-only run may not have made it

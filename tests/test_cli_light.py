@@ -123,7 +123,9 @@ def test_train_lists_refused_rows_in_line_order(tmp_path):
 def test_train_prints_a_summary_and_the_path():
     from noulengine.train.__main__ import summary_text
 
-    training = json.loads((REPO / "noulengine" / "models" / "default_adapter" / "training.json").read_text())
+    from noulengine.models.loading import DEFAULT_ADAPTER_DIR
+
+    training = json.loads((DEFAULT_ADAPTER_DIR / "training.json").read_text())
     text = summary_text(training, "runs/my-model", threads=2)
     lines = text.splitlines()
     assert len(lines) <= 6 and lines[-1] == "wrote runs/my-model/ (training.json: the full record)"

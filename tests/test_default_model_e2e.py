@@ -115,6 +115,12 @@ def test_default_is_the_trained_decision_model_and_the_base_stays_reachable(defa
     base = Engine.from_pretrained("SmolLM2-135M-Instruct")
     assert base.training is None and base.calibration is None and base.config.readout == "auto"
     assert base.identity.sha256 == t["base_model"]["sha256"] != default_engine.identity.sha256
+    from noulengine.models.loading import DEFAULT_DECISION_MODEL
+
+    # the default by its shipped name: the same model (and so the same calibration file and run keys)
+    named = Engine.from_pretrained(DEFAULT_DECISION_MODEL)
+    assert named.identity.sha256 == default_engine.identity.sha256 and named.identity.name == DEFAULT_DECISION_MODEL
+    assert named.calibration is not None
 
 
 # The README's Python example and the tickets issue #22 names, with the README's own questions.

@@ -31,12 +31,12 @@ def test_train_args_keep_the_recipe_and_swap_only_model_and_name():
 
 
 def test_install_refuses_another_base(tmp_path, capsys):
-    before = (REPO / "noulengine" / "models" / "loading.py").read_bytes()
+    before = (REPO / "noulengine" / "models" / "decision_models" / "shipped.json").read_bytes()
     with pytest.raises(SystemExit) as exc:
         train_default.main(["--steps", "install", "--model", "x.gguf", "--work", str(tmp_path)])
     assert exc.value.code == 2
     assert "must be an embedded base" in capsys.readouterr().err
-    assert (REPO / "noulengine" / "models" / "loading.py").read_bytes() == before
+    assert (REPO / "noulengine" / "models" / "decision_models" / "shipped.json").read_bytes() == before
 
 
 def test_install_is_only_run_when_named_and_unknown_steps_are_refused(tmp_path, capsys, monkeypatch):
@@ -48,10 +48,10 @@ def test_install_is_only_run_when_named_and_unknown_steps_are_refused(tmp_path, 
     monkeypatch.setattr(train_default, "run", lambda cmd, **k: ran.append(cmd[3]) or 0)  # python -m noulengine <step>
     monkeypatch.setattr(train_default, "learning_curve", lambda *a: None)
     monkeypatch.setattr(train_default, "compare_with", lambda *a, **k: [])
-    before = (REPO / "noulengine" / "models" / "loading.py").read_bytes()
+    before = (REPO / "noulengine" / "models" / "decision_models" / "shipped.json").read_bytes()
     train_default.main(["--work", str(tmp_path / "work"), "--source", str(tmp_path)])
     assert ran == ["data", "train", "calibrate"]
-    assert (REPO / "noulengine" / "models" / "loading.py").read_bytes() == before
+    assert (REPO / "noulengine" / "models" / "decision_models" / "shipped.json").read_bytes() == before
     with pytest.raises(SystemExit) as exc:
         train_default.main(["--steps", "data,instal", "--work", str(tmp_path / "work")])
     assert exc.value.code == 2 and "unknown step(s) 'instal'" in capsys.readouterr().err
@@ -60,12 +60,12 @@ def test_install_is_only_run_when_named_and_unknown_steps_are_refused(tmp_path, 
 
 def test_install_refuses_a_model_whose_base_is_a_path(tmp_path):
     """An adapter whose training.json names its base by a path would not load on another machine."""
-    before = (REPO / "noulengine" / "models" / "loading.py").read_bytes()
+    before = (REPO / "noulengine" / "models" / "decision_models" / "shipped.json").read_bytes()
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "training.json").write_text(json.dumps({"base_model": {"spec": "/root/x.gguf"}}))
     with pytest.raises(SystemExit, match="names base '/root/x.gguf', not an embedded base"):
         train_default.main(["--steps", "install", "--model", "gemma-3-270m", "--work", str(tmp_path)])
-    assert (REPO / "noulengine" / "models" / "loading.py").read_bytes() == before
+    assert (REPO / "noulengine" / "models" / "decision_models" / "shipped.json").read_bytes() == before
 
 
 def test_subset_is_fixed_by_its_seed(tmp_path, monkeypatch):
@@ -294,23 +294,23 @@ def test_recipe_trains_and_calibrates_with_portable_numerics_on_pinned_threads(t
 
 def test_install_from_a_candidate_folder_copies_it_and_pins_its_sha(tmp_path, monkeypatch, capsys):
     """--steps install --install-from DIR: a committed candidate is installed as it is (its four
-    files copied, its adapter's sha256 pinned in loading.py), with no raw data folder needed; other
-    steps with it, a folder missing a file, or the installed folder itself are refused before
-    anything is written."""
+    files copied into decision_models/<its name>/, its adapter's sha256 pinned in shipped.json and
+    made the default, the previous default kept), with no raw data folder needed; other steps with
+    it, a folder missing a file, a shipped folder itself, or a shipped name with another adapter are
+    refused before anything is written."""
     import shutil
 
-    from noulengine.models.loading import DEFAULT_ADAPTER_DIR
+    from noulengine.models.loading import DEFAULT_ADAPTER_DIR, DEFAULT_DECISION_MODEL, SHIPPED_FILE, read_shipped
 
-    candidate, target, repo = tmp_path / "candidate", tmp_path / "installed", tmp_path / "repo"
+    candidate, models = tmp_path / "candidate", tmp_path / "decision_models"
     shutil.copytree(DEFAULT_ADAPTER_DIR, candidate)
     blob = bytearray((candidate / "adapter_model.safetensors").read_bytes())
-    blob[-1] ^= 1  # another adapter than the installed one: the pin must change to its sha256
+    blob[-1] ^= 1  # another adapter than the shipped one: a new pin
     (candidate / "adapter_model.safetensors").write_bytes(bytes(blob))
-    (repo / "noulengine" / "models").mkdir(parents=True)
-    loading = repo / "noulengine" / "models" / "loading.py"
-    loading.write_text('x = 1\nDEFAULT_ADAPTER_SHA256 = "' + "0" * 64 + '"\ny = 2\n')
-    monkeypatch.setattr(train_default, "DEFAULT_ADAPTER_DIR", target)
-    monkeypatch.setattr(train_default, "REPO", repo)
+    models.mkdir()
+    shutil.copy2(SHIPPED_FILE, models / "shipped.json")
+    shipped_before = (models / "shipped.json").read_text()
+    monkeypatch.setattr(train_default, "DECISION_MODELS_DIR", models)
     monkeypatch.setattr(train_default, "resolve_data_dir", lambda source: None)  # installing reads no raw data
     with pytest.raises(SystemExit) as exc:
         train_default.main(["--steps", "train,install", "--work", str(tmp_path / "work"), "--install-from",
@@ -322,13 +322,30 @@ def test_install_from_a_candidate_folder_copies_it_and_pins_its_sha(tmp_path, mo
         train_default.main(["--steps", "install", "--work", str(tmp_path / "work"), "--install-from",
                             str(tmp_path / "partial")])
     assert "no adapter_config.json, training.json, calibration.json there" in capsys.readouterr().err
-    assert not target.exists() and "0" * 64 in loading.read_text()
+    # the candidate still carries the shipped default's name: that name keeps meaning its adapter
+    with pytest.raises(SystemExit, match=f"{DEFAULT_DECISION_MODEL} is shipped already with adapter sha256"):
+        train_default.main(["--steps", "install", "--work", str(tmp_path / "work"), "--install-from", str(candidate)])
+    assert (models / "shipped.json").read_text() == shipped_before and sorted(p.name for p in models.iterdir()) == [
+        "shipped.json"]
+    training = json.loads((candidate / "training.json").read_text())
+    (candidate / "training.json").write_text(json.dumps({**training, "name": "noul-test-v9"}))
     assert train_default.main(["--steps", "install", "--work", str(tmp_path / "work"),
                                "--install-from", str(candidate)]) == 0
     digest = train_default.sha256_file(candidate / "adapter_model.safetensors")
-    assert loading.read_text() == f'x = 1\nDEFAULT_ADAPTER_SHA256 = "{digest}"\ny = 2\n'
+    shipped = read_shipped(models / "shipped.json")
+    assert shipped["default"] == "noul-test-v9" and shipped["models"]["noul-test-v9"] == {"adapter_sha256": digest}
+    assert shipped["models"][DEFAULT_DECISION_MODEL] == read_shipped(SHIPPED_FILE)["models"][DEFAULT_DECISION_MODEL]
     for name in train_default.ADAPTER_FILES:
-        assert (target / name).read_bytes() == (candidate / name).read_bytes()
+        assert (models / "noul-test-v9" / name).read_bytes() == (candidate / name).read_bytes()
+    assert f"(was {DEFAULT_DECISION_MODEL}, still loadable by name)" in capsys.readouterr().out
+    # the same adapter again under its name: allowed (a reproduction), nothing changes
+    assert train_default.main(["--steps", "install", "--work", str(tmp_path / "work"),
+                               "--install-from", str(candidate)]) == 0
+    assert read_shipped(models / "shipped.json") == shipped
     with pytest.raises(SystemExit):
-        train_default.main(["--steps", "install", "--work", str(tmp_path / "work"), "--install-from", str(target)])
-    assert "that is the installed default itself" in capsys.readouterr().err
+        train_default.main(["--steps", "install", "--work", str(tmp_path / "work"), "--install-from",
+                            str(models / "noul-test-v9")])
+    assert "that is the shipped model noul-test-v9 itself" in capsys.readouterr().err
+    (candidate / "training.json").write_text(json.dumps({**training, "name": "../escape"}))
+    with pytest.raises(SystemExit, match="is not a shipped model's name"):
+        train_default.main(["--steps", "install", "--work", str(tmp_path / "work"), "--install-from", str(candidate)])

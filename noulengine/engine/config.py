@@ -21,7 +21,7 @@ class EngineConfig:
     """Engine settings (the CLI and the server are generated from these fields).
 
     Attributes:
-        model: None (the embedded default decision model), base (its untrained base), an embedded base by name (SmolLM2-135M-Instruct, gemma-3-270m), a local directory (a noulengine train output too) or a .gguf file.
+        model: None (the embedded default decision model), a shipped decision model by name (noul-smollm2-135m-v2), base (the default's untrained base), an embedded base by name (SmolLM2-135M-Instruct, gemma-3-270m), a local directory (a noulengine train output too) or a .gguf file.
         device: ``cuda``, ``cuda:N``, ``cpu`` or None (CUDA when available, else CPU).
         dtype: ``bfloat16`` | ``float32`` | ``float16`` | ``int8`` (CPU: dynamic int8 linear layers, head in float32) or None (bf16 on CUDA, fp32 on CPU).
         readout: ``auto`` | ``symbols`` | ``label-token`` | ``label-sequence``.

@@ -148,7 +148,9 @@ class Engine:
         Args:
             name_or_path: None for the embedded default decision model (SmolLM2-135M-Instruct
                 plus the committed LoRA adapter trained by ``scripts/train_default.py``, with its
-                fitted temperatures), ``"base"`` for its untrained base, an embedded base's name
+                fitted temperatures), a shipped decision model's name (``"noul-smollm2-135m-v2"``:
+                ``noulengine.models.loading.SHIPPED_ADAPTER_SHA256``; older defaults stay loadable),
+                ``"base"`` for the default's untrained base, an embedded base's name
                 (``"SmolLM2-135M-Instruct"``, ``"gemma-3-270m"``: ``noulengine.models.embedded``), a
                 local directory with ``config.json`` and weights, a directory written by
                 ``noulengine train``, or a ``.gguf`` file (dequantized once into a cached float32

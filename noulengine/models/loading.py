@@ -125,6 +125,7 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> tuple[Path, ModelId
             base is not installed, or its file has another sha256 than the pinned one.
     """
     base = None
+    name_or_path = shipped_model_dir(name_or_path) or name_or_path
     if name_or_path is None:
         base = default_base()
     elif is_base_name(name_or_path):  # never shadows an existing path of the same name
@@ -157,13 +158,65 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> tuple[Path, ModelId
 TRAINING_FILE = "training.json"
 ADAPTER_CONFIG = "adapter_config.json"
 CALIBRATION_FILE = "calibration.json"
-DEFAULT_ADAPTER_DIR = Path(__file__).resolve().parent / "default_adapter"
-# Pin of the embedded default decision model's LoRA adapter, trained by `python
-# scripts/train_default.py` (docs/training.md); its base is pinned in noulengine.models.embedded.
-DEFAULT_ADAPTER_SHA256 = "9fda59c2234c4c22f9a095f751662fe0cb6eb7c58517af9477826628474396dc"
+# The shipped decision models: an embedded base + a committed LoRA adapter each, in
+# decision_models/<name>/, loadable by that name. decision_models/shipped.json pins each adapter's
+# sha256 and names the default; the install step of `python scripts/train_default.py` writes both
+# (docs/training.md). A new default never replaces an older one: users who pinned a version by name
+# (``--model noul-smollm2-135m-v2``) keep getting exactly it. The bases are pinned in
+# noulengine.models.embedded.
+DECISION_MODELS_DIR = Path(__file__).resolve().parent / "decision_models"
+SHIPPED_FILE = DECISION_MODELS_DIR / "shipped.json"
+
+
+def read_shipped(path: str | os.PathLike = SHIPPED_FILE) -> dict:
+    """``shipped.json``: ``{"default": name, "models": {name: {"adapter_sha256": hex}}}``.
+
+    Raises:
+        ValueError: the file is not that shape, or its default is not one of its models.
+    """
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    models = data.get("models") if isinstance(data, dict) else None
+    if not isinstance(models, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("adapter_sha256"), str) for v in models.values()):
+        raise ValueError(f"{path}: models: want {{name: {{\"adapter_sha256\": hex}}}}")
+    if data.get("default") not in models:
+        raise ValueError(f"{path}: default {data.get('default')!r} is not one of its models ({', '.join(models)})")
+    return data
+
+
+_SHIPPED = read_shipped()
+SHIPPED_ADAPTER_SHA256: dict[str, str] = {name: v["adapter_sha256"] for name, v in _SHIPPED["models"].items()}
+DEFAULT_DECISION_MODEL: str = _SHIPPED["default"]
+DEFAULT_ADAPTER_DIR = DECISION_MODELS_DIR / DEFAULT_DECISION_MODEL
+DEFAULT_ADAPTER_SHA256 = SHIPPED_ADAPTER_SHA256[DEFAULT_DECISION_MODEL]
 # The name that reaches the untrained base of the default decision model (embedded base names
 # from noulengine.models.embedded reach their own untrained base).
 BASE_ALIAS = "base"
+
+
+def shipped_model_dir(name_or_path) -> Path | None:
+    """The folder of the shipped decision model named ``name_or_path`` (``"noul-smollm2-135m-v2"``),
+    or None: not a shipped name, or an existing path of that name (a path is never shadowed)."""
+    if isinstance(name_or_path, str) and name_or_path in SHIPPED_ADAPTER_SHA256 and not Path(name_or_path).exists():
+        return DECISION_MODELS_DIR / name_or_path
+    return None
+
+
+def _check_shipped_pin(path: Path) -> None:
+    """Refuse a shipped model's folder whose adapter is not the pinned one (a damaged or half-updated
+    install): the name must keep meaning one adapter.
+
+    Raises:
+        ModelNotFoundError: naming the file, both hashes and the fix.
+    """
+    resolved = path.resolve()
+    for name, pin in SHIPPED_ADAPTER_SHA256.items():
+        if resolved == (DECISION_MODELS_DIR / name).resolve():
+            have = sha256_file(path / "adapter_model.safetensors")
+            if have != pin:
+                raise ModelNotFoundError(f"{path / 'adapter_model.safetensors'} has sha256 {have}, not the pinned "
+                                         f"{pin} of {name} ({SHIPPED_FILE.name}); reinstall noulengine, or rerun "
+                                         "scripts/train_default.py and install its run with --steps install")
 
 
 def is_base_name(name_or_path) -> bool:
@@ -242,7 +295,8 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, dtype=None, dev
                attn_implementation: str = "sdpa") -> LoadedModel:
     """Load a model the way :meth:`Engine.from_pretrained` does.
 
-    ``name_or_path``: None (the embedded default: base + committed adapter), ``"base"`` (its
+    ``name_or_path``: None (the embedded default: base + committed adapter), a shipped decision
+    model's name (``"noul-smollm2-135m-v2"``: :data:`SHIPPED_ADAPTER_SHA256`), ``"base"`` (its
     untrained base), an embedded base's name (``noulengine.models.embedded``), a ``.gguf`` file, a transformers
     directory, or a directory written by ``noulengine train`` (an adapter is loaded onto its base
     model, named in ``training.json`` and checked by sha256, then merged).
@@ -258,14 +312,11 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, dtype=None, dev
 
     if name_or_path is None:
         name_or_path = default_model_spec()
+    name_or_path = shipped_model_dir(name_or_path) or name_or_path
     path = None if is_base_name(name_or_path) else Path(name_or_path).expanduser()
     training = read_training(path) if path is not None and path.is_dir() else None
-    if path is not None and path.resolve() == DEFAULT_ADAPTER_DIR and DEFAULT_ADAPTER_SHA256 is not None:
-        have = sha256_file(path / "adapter_model.safetensors")
-        if have != DEFAULT_ADAPTER_SHA256:
-            raise ModelNotFoundError(f"{path / 'adapter_model.safetensors'} has sha256 {have}, not the pinned "
-                                     f"{DEFAULT_ADAPTER_SHA256}; reinstall noulengine, or rerun scripts/train_default.py "
-                                     "and install its run with --steps install")
+    if path is not None and path.is_dir():
+        _check_shipped_pin(path)
     if training is not None and (path / ADAPTER_CONFIG).is_file():
         return _load_adapter(path, training, dtype=dtype, device=device, attn_implementation=attn_implementation)
     directory, identity = resolve_model(name_or_path)
