@@ -75,6 +75,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -442,9 +443,15 @@ def train_args(model: str | None = None, name: str | None = None, layout: str | 
 
 def run(cmd: list[str], ok: tuple[int, ...] = (0,), env: dict | None = None) -> int:
     """Run ``cmd`` in the repository (with ``env`` added to this process's environment); returns
-    its exit status, raising unless it is in ``ok``."""
+    its exit status, raising unless it is in ``ok``. SIGTERM to this script is passed on to ``cmd``
+    (``noulengine train`` then pauses with a checkpoint) instead of leaving it running orphaned."""
     print("+", " ".join(f"{k}={v}" for k, v in (env or {}).items()), *cmd, flush=True)
-    rc = subprocess.run(cmd, cwd=REPO, env={**os.environ, **(env or {})}).returncode
+    child = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **(env or {})})
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+    try:
+        rc = child.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if rc not in ok:
         raise subprocess.CalledProcessError(rc, cmd)
     return rc

@@ -1,0 +1,161 @@
+"""Issue #45's chain, from the committed training checkpoint to the adoption rule's evidence, as one
+resumable background job.
+
+Usage::
+
+    nohup python scripts/candidate_chain.py >> runs/chain45.log 2>&1 &   # start, or continue
+    kill -TERM <its pid>        # pause: the running step saves (a checkpoint, the predictions so far)
+    python scripts/candidate_chain.py --plan                             # what is done, what is next
+
+Every step is skipped when its output is whole, so the same command continues the chain where it
+stopped (on this machine: ``runs/`` is git-ignored; on a fresh clone the long part, training,
+resumes from ``training-checkpoints/`` and the evaluations start again). SIGTERM reaches the step
+that runs (``scripts/train_default.py`` passes it on to ``noulengine train``, which saves a
+checkpoint; ``noulengine eval`` keeps the rows it answered) and no later step starts; exit status
+75 (EX_TEMPFAIL) then, 0 when every step is done.
+
+Steps (docs/training.md, "Five epochs of mix v4"; docs/results.md, "The adoption rule"):
+
+1. ``v4``: mix v4 for five epochs (4,930 updates, native CPU kernels), from
+   ``training-checkpoints/v4x5n`` when ``runs/train-v4x5n/model`` holds nothing yet.
+2. ``v6``: the v6 continuation of that model (``--init-adapter``; balanced yes/no scenario fields),
+   trained under the name it would ship as, ``noul-smollm2-135m-v3``; then ``calibrate``.
+3. ``eval``: the baseline (``noul-smollm2-135m-v2``, loaded by name so the runs stay valid when the
+   default moves) and the candidate on the full suites: accuracy-v1 (typed_decisions, the three
+   Jevbench suites and toolace with ``--probe reverse``; AG News and WildJailbreak without it, as
+   v2's earlier full runs), procedural-v1 with ``--probe reverse``, zh-decision-bench.
+4. ``compare``: ``noulengine compare v2=... v3=...`` into ``runs/chain45/compare`` (the suite
+   clauses of the adoption rule, the seven-suite mean, constant fields).
+5. ``clauses``: the held-out yes/no rows per kind (``experiments/selection_by_kind.py``, yes AUC)
+   and the README's tickets in both option orders (``experiments/readme_tickets.py``), for both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from noulengine.train.checkpoint import EXIT_RESUMABLE  # noqa: E402
+
+PY = sys.executable
+RECIPE = [PY, "scripts/train_default.py"]
+V4_WORK, V6_WORK, OUT = Path("runs/train-v4x5n"), Path("runs/train-v6"), Path("runs/chain45")
+V4_CHECKPOINT = Path("training-checkpoints/v4x5n")
+V4_TRAIN = ["--mix", "v4", "--work", str(V4_WORK), "--numerics", "native", "--epochs", "5", "--max-updates", "4930",
+            "--eval-every", "500", "--checkpoint-every", "50"]
+CANDIDATE = "noul-smollm2-135m-v3"
+V6_TRAIN = ["--mix", "v6", "--work", str(V6_WORK), "--numerics", "native", "--name", CANDIDATE,
+            "--init-adapter", str(V4_WORK / "model"), "--eval-every", "200", "--checkpoint-every", "50"]
+BASELINE = "noul-smollm2-135m-v2"
+MODELS = {"v2": BASELINE, "v3": str(V6_WORK / "model")}
+# (run folder suffix, eval flags): what each model is evaluated on
+EVALS = [
+    ("acc-probe", ["--suite", "accuracy-v1", "--tasks", "typed_decisions,jevbench_original,jevbench_easy,"
+                   "jevbench_hard,toolace", "--probe", "reverse"]),
+    ("acc-big", ["--suite", "accuracy-v1", "--tasks", "agnews,wildjailbreak"]),
+    ("procedural", ["--suite", "procedural-v1", "--probe", "reverse"]),
+    ("zh", ["--suite", "zh-decision-bench"]),
+]
+
+
+class Paused(Exception):
+    """A step stopped early on SIGTERM with what it had saved; the same command continues it."""
+
+
+class Chain:
+    """Runs the steps in order, one child process at a time, passing SIGTERM on to the child."""
+
+    def __init__(self, dry: bool = False):
+        self.dry, self.stop, self.child = dry, False, None
+
+    def on_sigterm(self, signum, frame):
+        self.stop = True
+        if self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signum)
+
+    def run(self, cmd: list[str], ok=(0,), env: dict | None = None) -> int:
+        print("+", *cmd, flush=True)
+        if self.dry:
+            return 0
+        if self.stop:
+            raise Paused
+        self.child = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **(env or {})})
+        rc = self.child.wait()
+        self.child = None
+        if self.stop:
+            raise Paused
+        if rc not in ok:
+            raise subprocess.CalledProcessError(rc, cmd)
+        return rc
+
+
+def trained(work: Path) -> bool:
+    """A finished ``noulengine train`` folder: ``training.json`` written, no checkpoint left."""
+    model = REPO / work / "model"
+    return (model / "training.json").is_file() and not (model / "checkpoint").exists()
+
+
+def train_step(chain: Chain, work: Path, flags: list[str], env: dict) -> None:
+    """Build the data if missing, then train (resuming a checkpoint where there is one)."""
+    if not (REPO / work / "data" / "train.jsonl").is_file():
+        chain.run([*RECIPE, "--steps", "data", *flags[:4]])
+    resume = ["--resume"] if (REPO / work / "model" / "checkpoint").is_dir() else []
+    chain.run([*RECIPE, "--steps", "train", *flags, *resume], env=env)
+    if not chain.dry and not trained(work):
+        raise Paused  # paused inside (SIGTERM to the trainer) with a checkpoint
+
+
+def steps(chain: Chain) -> None:
+    env = {"NOULENGINE_THREADS": "2"}  # native numerics: the checkpoint pins the thread count
+    if not trained(V4_WORK):
+        model = REPO / V4_WORK / "model"
+        if not model.exists() and (REPO / V4_CHECKPOINT / "state.pt").is_file():
+            print(f"+ cp -r {V4_CHECKPOINT} {V4_WORK / 'model' / 'checkpoint'}", flush=True)
+            if not chain.dry:
+                model.mkdir(parents=True)
+                shutil.copytree(REPO / V4_CHECKPOINT, model / "checkpoint")
+        train_step(chain, V4_WORK, V4_TRAIN, env)
+    if not trained(V6_WORK):
+        train_step(chain, V6_WORK, V6_TRAIN, env)
+    if not (REPO / V6_WORK / "model" / "calibration.json").is_file():
+        chain.run([*RECIPE, "--steps", "calibrate", *V6_TRAIN[:6]], env=env)
+    runs = {label: [] for label in MODELS}
+    for suffix, flags in EVALS:
+        for label, model in MODELS.items():
+            out = OUT / f"{label}-{suffix}"
+            runs[label].append(str(out))
+            # an eval rerun on a finished folder only rescores it (seconds): no done-marker needed
+            chain.run([PY, "-m", "noulengine.eval", *flags, "--model", model, "--no-plots", "--no-progress",
+                       "--output", str(out)], env=env)
+    chain.run([PY, "-m", "noulengine", "compare", *(f"{label}={','.join(r)}" for label, r in runs.items()),
+               "--output", str(OUT / "compare")])
+    both = [f for model in MODELS.values() for f in ("--model", model)]
+    chain.run([PY, "experiments/selection_by_kind.py", "--selection", str(V6_WORK / "data" / "selection.jsonl"),
+               *both, "--kinds", "noul:,tool:,scenario:", "--output", str(OUT / "selection.json")], env=env)
+    chain.run([PY, "experiments/readme_tickets.py", *both], env=env)
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--plan", action="store_true", help="print the commands still to run, run nothing")
+    args = ap.parse_args(argv)
+    chain = Chain(dry=args.plan)
+    signal.signal(signal.SIGTERM, chain.on_sigterm)
+    try:
+        steps(chain)
+    except Paused:
+        print(f"paused: rerun `python scripts/candidate_chain.py` to continue (exit {EXIT_RESUMABLE})", flush=True)
+        return EXIT_RESUMABLE
+    print("chain done: runs/chain45/compare/compare.md and the clause outputs above", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
