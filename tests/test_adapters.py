@@ -163,6 +163,22 @@ def test_an_adapter_for_another_base_is_refused_naming_both(tiny_llama, tiny_tok
     assert "'SmolLM2-135M-Instruct'" in str(info.value) and "'tiny-llama'" in str(info.value)
 
 
+def test_a_shipped_name_serves_its_folder_only_when_it_matches_its_pin(tiny_llama, tiny_tokenizer, monkeypatch):
+    """``load_adapter(name, "noul-smollm2-135m-v2")`` reads the shipped folder; a folder that no longer
+    matches its pin is refused before anything is read (here the real v2 adapter would also be
+    refused by the tiny model's base check: the pin comes first, naming the file)."""
+    from noulengine.models import loading
+
+    engine = Engine.from_model(copy.deepcopy(tiny_llama), tiny_tokenizer)
+    monkeypatch.setitem(loading.SHIPPED_ADAPTER_SHA256, loading.DEFAULT_DECISION_MODEL, "0" * 64)
+    with pytest.raises(AdapterError, match=f"adapter 'v2': .*adapter_model.safetensors has sha256 .*not the pinned"):
+        engine.load_adapter("v2", loading.DEFAULT_DECISION_MODEL)
+    monkeypatch.undo()
+    # past the pin, the folder is read: the tiny model lacks the real adapter's layers
+    with pytest.raises(AdapterError, match=rf"decision_models/{loading.DEFAULT_DECISION_MODEL}\): module .* is not in"):
+        engine.load_adapter("v2", loading.DEFAULT_DECISION_MODEL)
+
+
 def test_unsupported_peft_features_are_refused_by_name(adapter_dirs, tmp_path):
     folder = tmp_path / "dora"
     folder.mkdir()
@@ -183,10 +199,10 @@ def test_the_shipped_adapter_served_unmerged_equals_the_merged_default():
     """The real default model: SmolLM2-135M-Instruct with the shipped v2 adapter loaded unmerged,
     beside base rows in the same batch, answers the README's request as the merged default does
     (within 1e-5), with the adapter's own calibration; the base row does not."""
-    from noulengine.models.loading import DEFAULT_ADAPTER_DIR, ModelNotFoundError
+    from noulengine.models.loading import DEFAULT_DECISION_MODEL, ModelNotFoundError
 
-    try:
-        multi = Engine.from_pretrained("SmolLM2-135M-Instruct", adapters={"v2": DEFAULT_ADAPTER_DIR})
+    try:  # the shipped adapter by its name (its folder, checked against its pin)
+        multi = Engine.from_pretrained("SmolLM2-135M-Instruct", adapters={"v2": DEFAULT_DECISION_MODEL})
         merged = Engine.from_pretrained()
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))

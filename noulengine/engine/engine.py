@@ -18,6 +18,7 @@ import contextlib
 import time
 from collections import OrderedDict
 from dataclasses import fields
+from pathlib import Path
 from typing import Any, Iterable, Protocol
 
 import torch
@@ -236,7 +237,8 @@ class Engine:
         """Serve the LoRA adapter in folder ``path`` as ``name``, unmerged, beside the model.
 
         The folder is one written by ``noulengine train`` (its ``calibration.json`` then applies to
-        this adapter's answers) or any PEFT LoRA folder. Requests naming it (``"adapter": name``)
+        this adapter's answers), a shipped decision model's name (``"noul-smollm2-135m-v2"``: its
+        folder, checked against its pin) or any PEFT LoRA folder. Requests naming it (``"adapter": name``)
         run in the same forward passes as every other request: the base matmul once, each row's
         low-rank term from its own adapter (:mod:`noulengine.engine.lora`); their prefixes are
         cached under the adapter, never shared with another.
@@ -247,13 +249,20 @@ class Engine:
                 engine reads, or its calibration file was fitted otherwise; a module it adapts is
                 missing or shaped differently here; the model is quantized or a vision-language model.
         """
-        from noulengine.models.loading import adapter_identity, load_temperatures
+        from noulengine.models.loading import (ModelNotFoundError, adapter_identity, check_shipped_pin,
+                                               load_temperatures, shipped_model_dir)
 
         if not isinstance(name, str) or not name.strip():
             raise AdapterError(f"an adapter name must be a non-blank string, got {name!r}")
         if getattr(self.runner, "quantized", False) or self.runner.vision is not None:
             raise AdapterError(f"adapter {name!r}: adapters are served on float text models only (this one is "
                                f"{'quantized' if getattr(self.runner, 'quantized', False) else 'a vision-language model'})")
+        path = shipped_model_dir(path) or path
+        if Path(path).is_dir():
+            try:
+                check_shipped_pin(Path(path))
+            except ModelNotFoundError as exc:
+                raise AdapterError(f"adapter {name!r}: {exc}") from None
         adapter = read_adapter(name, path)
         ident = self.identity
         if adapter.base_sha256 and ident is not None and adapter.base_sha256 != ident.sha256:

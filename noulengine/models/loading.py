@@ -202,7 +202,7 @@ def shipped_model_dir(name_or_path) -> Path | None:
     return None
 
 
-def _check_shipped_pin(path: Path) -> None:
+def check_shipped_pin(path: Path) -> None:
     """Refuse a shipped model's folder whose adapter is not the pinned one (a damaged or half-updated
     install): the name must keep meaning one adapter.
 
@@ -316,7 +316,7 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, dtype=None, dev
     path = None if is_base_name(name_or_path) else Path(name_or_path).expanduser()
     training = read_training(path) if path is not None and path.is_dir() else None
     if path is not None and path.is_dir():
-        _check_shipped_pin(path)
+        check_shipped_pin(path)
     if training is not None and (path / ADAPTER_CONFIG).is_file():
         return _load_adapter(path, training, dtype=dtype, device=device, attn_implementation=attn_implementation)
     directory, identity = resolve_model(name_or_path)
