@@ -14,6 +14,7 @@ answer with P(yes), and whether each matches the expected one; then a count per 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -24,8 +25,9 @@ from noulengine import Engine  # noqa: E402
 from test_default_model_e2e import README_QUESTIONS, README_TICKETS, _reverse_options  # noqa: E402
 
 
-def report(engine: Engine, name: str) -> tuple[int, int]:
-    """Print one line per (ticket, order) for ``engine`` and a count line headed ``name``.
+def report(engine: Engine, name: str, rows: list | None = None) -> tuple[int, int]:
+    """Print one line per (ticket, order) for ``engine`` and a count line headed ``name``; append
+    one dict per (ticket, order) to ``rows`` when given.
 
     Returns:
         (routes right, refund answers right) over both orders.
@@ -44,6 +46,9 @@ def report(engine: Engine, name: str) -> tuple[int, int]:
             if refund is not None:
                 n_refund += 1
                 refunds += f.label == refund
+            if rows is not None:
+                rows.append({"ticket": ticket, "order": order, "route": r.label, "route_want": route,
+                             "p_yes": f.probabilities["yes"], "refund": f.label, "refund_want": refund})
             print(f"{name} | {order:8} | {ticket[:48]:48} | route {r.label} ({r.probabilities[r.label]:.2f}) "
                   f"{'ok' if r.label == route else 'WRONG, want ' + route} | refund P(yes) {f.probabilities['yes']:.2f} "
                   f"{'' if refund is None else ('ok' if f.label == refund else 'WRONG, want ' + refund)}")
@@ -55,9 +60,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", action="append", required=True, help="default or a model folder (repeatable)")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--output", default=None, help="write {model: {name, routes, refunds, rows}} JSON here")
     args = ap.parse_args(argv)
+    results = {}
     for spec in args.model:
-        report(Engine.from_pretrained(None if spec == "default" else spec, dtype=args.dtype), spec)
+        engine = Engine.from_pretrained(None if spec == "default" else spec, dtype=args.dtype)
+        rows = []
+        routes, refunds = report(engine, spec, rows)
+        results[spec] = {"name": engine.identity.name, "routes": routes, "refunds": refunds,
+                         "orders": 2, "rows": rows}
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     return 0
 
 if __name__ == "__main__":

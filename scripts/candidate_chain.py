@@ -26,8 +26,10 @@ Steps (docs/training.md, "Five epochs of mix v4"; docs/results.md, "The adoption
    v2's earlier full runs), procedural-v1 with ``--probe reverse``, zh-decision-bench.
 4. ``compare``: ``noulengine compare v2=... v3=...`` into ``runs/chain45/compare`` (the suite
    clauses of the adoption rule, the seven-suite mean, constant fields).
-5. ``clauses``: the held-out yes/no rows per kind (``experiments/selection_by_kind.py``, yes AUC)
-   and the README's tickets in both option orders (``experiments/readme_tickets.py``), for both.
+5. ``clauses``: the held-out yes/no rows per kind (``experiments/selection_by_kind.py``, yes AUC),
+   the README's tickets in both option orders (``experiments/readme_tickets.py``) and the speed of
+   both (``experiments/compare_models_speed.py``), for both models; then the verdict, clause by
+   clause (``scripts/adoption_verdict.py``: ``runs/chain45/verdict.md``).
 """
 
 from __future__ import annotations
@@ -140,7 +142,12 @@ def steps(chain: Chain) -> None:
     both = [f for model in MODELS.values() for f in ("--model", model)]
     chain.run([PY, "experiments/selection_by_kind.py", "--selection", str(V6_WORK / "data" / "selection.jsonl"),
                *both, "--kinds", "noul:,tool:,scenario:", "--output", str(OUT / "selection.json")], env=env)
-    chain.run([PY, "experiments/readme_tickets.py", *both], env=env)
+    chain.run([PY, "experiments/readme_tickets.py", *both, "--output", str(OUT / "tickets.json")], env=env)
+    # a timing: nothing else of the chain runs beside it
+    chain.run([PY, "experiments/compare_models_speed.py", "--a", MODELS["v2"], "--b", MODELS["v3"], "--threads", "2",
+               "--output", str(OUT / "speed.json")], env=env)
+    chain.run([PY, "scripts/adoption_verdict.py", "--dir", str(OUT), "--baseline-model", MODELS["v2"],
+               "--candidate-model", MODELS["v3"]], ok=(0, 1, 3))
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -153,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     except Paused:
         print(f"paused: rerun `python scripts/candidate_chain.py` to continue (exit {EXIT_RESUMABLE})", flush=True)
         return EXIT_RESUMABLE
-    print("chain done: runs/chain45/compare/compare.md and the clause outputs above", flush=True)
+    print("chain done: runs/chain45/verdict.md (clause by clause), runs/chain45/compare/compare.md", flush=True)
     return 0
 
 
