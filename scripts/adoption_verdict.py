@@ -19,10 +19,13 @@ Reads, in ``--dir``:
 
 and each model folder's ``calibration.json`` (calibrated ECE on validation-v1's selection rows).
 
-A clause whose file is missing is ``not measured``, and the verdict is then ``undecided``, never a
-pass. Writes ``verdict.json`` and ``verdict.md`` into ``--dir`` and prints the markdown. Exit
-status: 0 the candidate passes every clause, 1 a clause failed, 3 undecided (evidence missing), 2
-bad arguments or unreadable inputs.
+A clause whose evidence is missing or partial (a file absent; a suite of the rule's set not
+compared, so the mean covers fewer suites; an unfinished eval run; a yes/no kind without an AUC; no
+timed workload) is ``not measured``, and the verdict is then ``undecided``, never a pass. Evidence
+about other models than the two named (a run folder's ``run.json``, the speed file's A and B) is
+refused. Writes ``verdict.json`` and ``verdict.md`` into ``--dir`` (an earlier verdict there is
+removed first) and prints the markdown. Exit status: 0 the candidate passes every clause, 1 a
+clause failed, 3 undecided, 2 bad arguments, unreadable inputs or evidence about other models.
 """
 
 from __future__ import annotations
@@ -42,6 +45,46 @@ REFUND_TICKET = "I returned the shoes last week, please send my money back."
 CONSTANT_SUITE = "typed_decisions"
 
 
+class EvidenceError(ValueError):
+    """A file that is about other models than the two compared, or not of its writer's shape."""
+
+
+def rule_suites() -> list[str]:
+    """The suites the rule is decided on: accuracy-v1's seven, procedural-v1's, zh-decision-bench."""
+    from noulengine.eval.suites.registry import default_tasks, resolve_suites
+
+    return default_tasks("accuracy-v1") + default_tasks("procedural-v1") + resolve_suites("zh-decision-bench")[1]
+
+
+def _model_name(spec: str) -> str | None:
+    """The name an engine reports for ``spec`` (its ``training.json`` name), or None."""
+    folder = _model_dir(spec)
+    training = _read(folder / "training.json") if folder is not None else None
+    return (training or {}).get("name")
+
+
+def check_runs(compare: dict, names: dict[str, str]) -> list[str]:
+    """Each compared run's folders were made by the model named for it (``run.json``'s engine model
+    name); returns the folders whose run did not finish.
+
+    Raises:
+        EvidenceError: a run folder made with another model, or without a ``run.json``.
+    """
+    unfinished = []
+    for run in compare["runs"]:
+        want = names.get(run["name"])
+        for folder in sorted({Path(f).parent for f in run["files"]}):
+            record = _read(folder / "run.json") or _read(folder.parent / "run.json")
+            if record is None:
+                raise EvidenceError(f"{folder}: no run.json, so no record of the model that made it")
+            got = record["engine"]["model"]["name"]
+            if want is not None and got != want:
+                raise EvidenceError(f"{folder}: made by model {got!r}, but {run['name']!r} stands for {want!r}")
+            if record.get("status") != "finished":
+                unfinished.append(str(folder))
+    return unfinished
+
+
 def _read(path: Path):
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
@@ -59,7 +102,7 @@ def _by_name(results: dict | None, spec: str, label: str):
         return None
     if spec in results:
         return results[spec]
-    raise SystemExit(f"error: no entry for the {label} model {spec!r} (has {', '.join(results)})")
+    raise EvidenceError(f"no entry for the {label} model {spec!r} (has {', '.join(results)})")
 
 
 def clauses(folder: Path, baseline: str, candidate: str, baseline_model: str, candidate_model: str) -> list[dict]:
@@ -70,55 +113,73 @@ def clauses(folder: Path, baseline: str, candidate: str, baseline_model: str, ca
         out.append({"clause": clause, "status": status, "evidence": evidence})
 
     compare = _read(folder / "compare" / "compare.json")
+    suites_clause, mean_clause = ("no suite worse (paired 95% interval below zero)",
+                                  "seven-suite mean higher, no suite under chance")
+    const_clause = f"no new constant field on {CONSTANT_SUITE}"
     if compare is None:
-        for c in ("no suite worse (paired 95% interval below zero)", "seven-suite mean higher, no suite under chance",
-                  f"no new constant field on {CONSTANT_SUITE}"):
+        for c in (suites_clause, mean_clause, const_clause):
             add(c, "not measured", f"no {folder / 'compare' / 'compare.json'}")
     else:
         if compare.get("baseline") != baseline or candidate not in compare.get("verdicts", {}):
-            raise SystemExit(f"error: {folder / 'compare' / 'compare.json'} compares baseline {compare.get('baseline')!r} "
-                             f"with {', '.join(compare.get('verdicts', {}))}; want {baseline!r} and {candidate!r}")
+            raise EvidenceError(f"{folder / 'compare' / 'compare.json'} compares baseline {compare.get('baseline')!r} "
+                                f"with {', '.join(compare.get('verdicts', {}))}; want {baseline!r} and {candidate!r}")
+        unfinished = check_runs(compare, {baseline: _model_name(baseline_model),
+                                          candidate: _model_name(candidate_model)})
+        missing = [x for x in rule_suites() if x not in compare["suites"]]
+        partial = (f"not compared: {', '.join(missing)}" if missing else "") + \
+                  ("; " if missing and unfinished else "") + \
+                  (f"unfinished runs: {', '.join(unfinished)}" if unfinished else "")
         v = compare["verdicts"][candidate]
-        worse = v["worse"]
-        add("no suite worse (paired 95% interval below zero)", "fail" if worse else "pass",
-            "worse on " + ", ".join(worse) if worse else
-            "none worse" + (f" (excused, the baseline at chance there: {', '.join(v['worse_excused'])})"
-                            if v["worse_excused"] else ""))
-        mean, under = v["mean_higher"], v["below_chance"]
+        worse, under = v["worse"], v["below_chance"]
+        excused = (f" (excused, the baseline at chance there: {', '.join(v['worse_excused'])})"
+                   if v["worse_excused"] else "")
+        if worse:
+            add(suites_clause, "fail", "worse on " + ", ".join(worse) + excused)
+        else:
+            add(suites_clause, "not measured" if partial else "pass", (partial or "none worse") + excused)
         m = compare.get("mean") or {}
         diff = ((m.get("runs") or {}).get(candidate) or {}).get("diff")
-        shown = f"mean difference {100 * diff['value']:+.1f} points [{100 * diff['low']:+.1f}, {100 * diff['high']:+.1f}]" \
-            if diff else "no mean (a suite missing)"
-        status = "not measured" if mean is None else ("pass" if mean and not under else "fail")
-        add("seven-suite mean higher, no suite under chance", status,
-            shown + (f"; under chance on {', '.join(under)}" if under else ""))
+        shown = (f"mean difference {100 * diff['value']:+.1f} points [{100 * diff['low']:+.1f}, "
+                 f"{100 * diff['high']:+.1f}]") if diff else "no mean"
+        if m.get("missing"):
+            shown += f" (over {len(m.get('suites', []))} suites; missing {', '.join(m['missing'])})"
+        if under:  # a suite under chance fails whatever the mean says
+            add(mean_clause, "fail", shown + f"; under chance on {', '.join(under)}")
+        elif v["mean_higher"] is None or m.get("missing") or partial:
+            add(mean_clause, "not measured", shown + (f"; {partial}" if partial else ""))
+        else:
+            add(mean_clause, "pass" if v["mean_higher"] else "fail", shown)
         suite = compare["suites"].get(CONSTANT_SUITE)
         if suite is None:
-            add(f"no new constant field on {CONSTANT_SUITE}", "not measured", f"{CONSTANT_SUITE} not compared")
+            add(const_clause, "not measured", f"{CONSTANT_SUITE} not compared")
         else:
-            fields = [{f["field"] if isinstance(f, dict) else f for f in suite["runs"][r]["constant_fields"]}
-                      for r in (baseline, candidate)]
+            fields = [{f["field"] for f in suite["runs"][r]["constant_fields"]} for r in (baseline, candidate)]
             new = sorted(fields[1] - fields[0])
-            add(f"no new constant field on {CONSTANT_SUITE}", "fail" if new else "pass",
+            add(const_clause, "fail" if new else "pass",
                 ("new: " + ", ".join(new)) if new else f"candidate {sorted(fields[1]) or 'none'}, "
                                                         f"baseline {sorted(fields[0]) or 'none'}")
     selection = _by_name(_read(folder / "selection.json"), candidate_model, "candidate")
     if selection is None:
         add(f"yes AUC >= {MIN_YES_AUC} on every held-out yes/no kind", "not measured", f"no {folder / 'selection.json'}")
     else:
-        aucs = {k: m["yes_auc"] for k, m in selection["kinds"].items() if m.get("yes_auc") is not None}
-        low = {k: a for k, a in aucs.items() if a < MIN_YES_AUC}
+        aucs = {k: m.get("yes_auc") for k, m in selection["kinds"].items() if k.startswith("noul:")}
+        low = {k: a for k, a in aucs.items() if a is not None and a < MIN_YES_AUC}
+        absent = [k for k, a in aucs.items() if a is None]  # one gold side only: no AUC, not a pass
         add(f"yes AUC >= {MIN_YES_AUC} on every held-out yes/no kind",
-            "not measured" if not aucs else ("fail" if low else "pass"),
-            ", ".join(f"{k} {a:.3f}" for k, a in sorted(aucs.items())) or "no yes/no kind scored")
+            "fail" if low else ("not measured" if absent or not aucs else "pass"),
+            ", ".join(f"{k} {'no AUC' if a is None else f'{a:.3f}'}" for k, a in sorted(aucs.items()))
+            or "no yes/no kind scored")
     tickets = _by_name(_read(folder / "tickets.json"), candidate_model, "candidate")
     if tickets is None:
         add("README refund ticket right in both option orders", "not measured", f"no {folder / 'tickets.json'}")
     else:
         rows = [r for r in tickets["rows"] if r["ticket"] == REFUND_TICKET]
-        ok = len(rows) == 2 and all(r["refund"] == r["refund_want"] for r in rows)
-        add("README refund ticket right in both option orders", "pass" if ok else "fail",
-            ", ".join(f"{r['order']} P(yes) {r['p_yes']:.2f}" for r in rows))
+        # right = both of its answers: the refund (yes) and the route (billing), in each order
+        ok = len(rows) == 2 and all(r["refund"] == r["refund_want"] and r["route"] == r["route_want"] for r in rows)
+        add("README refund ticket right in both option orders",
+            "pass" if ok else ("not measured" if len(rows) != 2 else "fail"),
+            ", ".join(f"{r['order']}: route {r['route']}, P(yes) {r['p_yes']:.2f}" for r in rows)
+            or "the ticket was not asked")
     folder_c = _model_dir(candidate_model)
     cal = _read(folder_c / "calibration.json") if folder_c is not None else None
     if cal is None:
@@ -134,12 +195,12 @@ def clauses(folder: Path, baseline: str, candidate: str, baseline_model: str, ca
             f"no {folder / 'speed.json'}")
     else:
         if (speed["a"], speed["b"]) != (baseline_model, candidate_model):
-            raise SystemExit(f"error: {folder / 'speed.json'} timed A={speed['a']!r}, B={speed['b']!r}; want "
-                             f"A={baseline_model!r}, B={candidate_model!r}")
+            raise EvidenceError(f"{folder / 'speed.json'} timed A={speed['a']!r}, B={speed['b']!r}; want "
+                                f"A={baseline_model!r}, B={candidate_model!r}")
         ratios = {w: e["ratio_b_over_a"] for w, e in speed["workloads"].items()}
         add(f"speed unchanged (>= {MIN_SPEED_RATIO:.0%} of the baseline's decisions/s)",
-            "pass" if all(r >= MIN_SPEED_RATIO for r in ratios.values()) else "fail",
-            ", ".join(f"{w} {r:.3f}x" for w, r in ratios.items()))
+            "not measured" if not ratios else ("pass" if all(r >= MIN_SPEED_RATIO for r in ratios.values()) else "fail"),
+            ", ".join(f"{w} {r:.3f}x" for w, r in ratios.items()) or "no workload timed")
     return out
 
 
@@ -158,8 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-model", default="noul-smollm2-135m-v2")
     ap.add_argument("--candidate-model", default="runs/train-v6/model")
     args = ap.parse_args(argv)
+    for stale in ("verdict.md", "verdict.json"):  # never left to be read as this run's
+        (args.dir / stale).unlink(missing_ok=True)
     try:
         rows = clauses(args.dir, args.baseline, args.candidate, args.baseline_model, args.candidate_model)
+    except EvidenceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except (KeyError, TypeError, ValueError) as exc:  # a file of another shape than its writer's
         print(f"error: {args.dir}: unreadable evidence ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 2

@@ -7,8 +7,9 @@ Usage::
     kill -TERM <its pid>        # pause: the running step saves (a checkpoint, the predictions so far)
     python scripts/candidate_chain.py --plan                             # what is done, what is next
 
-Every step is skipped when its output is whole, so the same command continues the chain where it
-stopped (on this machine: ``runs/`` is git-ignored; on a fresh clone the long part, training,
+Training, data and calibration steps are skipped when their output is whole (an evaluation rerun on
+a finished folder only rescores it; compare, the clause checks and the timing rerun, minutes), so
+the same command continues the chain where it stopped (on this machine: ``runs/`` is git-ignored; on a fresh clone the long part, training,
 resumes from ``training-checkpoints/`` and the evaluations start again). SIGTERM reaches the step
 that runs (``scripts/train_default.py`` passes it on to ``noulengine train``, which saves a
 checkpoint; ``noulengine eval`` keeps the rows it answered) and no later step starts; exit status
@@ -35,6 +36,7 @@ Steps (docs/training.md, "Five epochs of mix v4"; docs/results.md, "The adoption
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -90,6 +92,8 @@ class Chain:
         if self.stop:
             raise Paused
         self.child = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **(env or {})})
+        if self.stop:  # the signal came while the child was starting: it has not seen it
+            self.child.send_signal(signal.SIGTERM)
         rc = self.child.wait()
         self.child = None
         if self.stop:
@@ -99,15 +103,26 @@ class Chain:
         return rc
 
 
-def trained(work: Path) -> bool:
-    """A finished ``noulengine train`` folder: ``training.json`` written, no checkpoint left."""
+def trained(work: Path, name: str | None = None) -> bool:
+    """A finished ``noulengine train`` folder: ``training.json`` written, no checkpoint left.
+
+    Raises:
+        SystemExit: the finished folder is another run's (``name`` differs): evaluating it would
+            compare the wrong model; it is never overwritten either.
+    """
     model = REPO / work / "model"
-    return (model / "training.json").is_file() and not (model / "checkpoint").exists()
+    if not (model / "training.json").is_file() or (model / "checkpoint").exists():
+        return False
+    got = json.loads((model / "training.json").read_text(encoding="utf-8")).get("name")
+    if name is not None and got != name:
+        raise SystemExit(f"{work / 'model'} holds a finished run named {got!r}, not this chain's {name!r}: move it "
+                         "aside and rerun")
+    return True
 
 
 def train_step(chain: Chain, work: Path, flags: list[str], env: dict) -> None:
     """Build the data if missing, then train (resuming a checkpoint where there is one)."""
-    if not (REPO / work / "data" / "train.jsonl").is_file():
+    if not (REPO / work / "data" / "data.json").is_file():  # written last: the data step finished
         chain.run([*RECIPE, "--steps", "data", *flags[:4]])
     resume = ["--resume"] if (REPO / work / "model" / "checkpoint").is_dir() else []
     chain.run([*RECIPE, "--steps", "train", *flags, *resume], env=env)
@@ -125,7 +140,7 @@ def steps(chain: Chain) -> None:
                 model.mkdir(parents=True)
                 shutil.copytree(REPO / V4_CHECKPOINT, model / "checkpoint")
         train_step(chain, V4_WORK, V4_TRAIN, env)
-    if not trained(V6_WORK):
+    if not trained(V6_WORK, CANDIDATE):
         train_step(chain, V6_WORK, V6_TRAIN, env)
     if not (REPO / V6_WORK / "model" / "calibration.json").is_file():
         chain.run([*RECIPE, "--steps", "calibrate", *V6_TRAIN[:6]], env=env)
@@ -154,12 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", action="store_true", help="print the commands still to run, run nothing")
     args = ap.parse_args(argv)
     chain = Chain(dry=args.plan)
-    signal.signal(signal.SIGTERM, chain.on_sigterm)
+    previous = signal.signal(signal.SIGTERM, chain.on_sigterm)
     try:
         steps(chain)
     except Paused:
         print(f"paused: rerun `python scripts/candidate_chain.py` to continue (exit {EXIT_RESUMABLE})", flush=True)
         return EXIT_RESUMABLE
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print("chain done: runs/chain45/verdict.md (clause by clause), runs/chain45/compare/compare.md", flush=True)
     return 0
 

@@ -379,7 +379,7 @@ def build_data(data_dir: Path, out: Path, mix: str = "v2") -> dict:
         info["selection"]["kinds"] = dict(sorted(Counter(r.get("kind", "v2") for r in selection).items()))
         info["toolrl"] = report
     info["mix"] = mix
-    (out / "data.json").write_text(json.dumps(info, indent=1) + "\n")
+    write_text_atomic(out / "data.json", json.dumps(info, indent=1) + "\n")  # last and whole: the step finished
     return info
 
 
@@ -424,7 +424,7 @@ def build_continuation_data(data_dir: Path, out: Path, mix: str) -> dict:
     info["selection"]["kinds"] = dict(sorted(Counter(r.get("category", "v2").split(":")[0]
                                                      for r in selection).items()))
     info["mix"], info["continues"], info["base"] = mix, plan["continues"], base
-    (out / "data.json").write_text(json.dumps(info, indent=1) + "\n")
+    write_text_atomic(out / "data.json", json.dumps(info, indent=1) + "\n")  # last and whole: the step finished
     return info
 
 
@@ -446,9 +446,19 @@ def run(cmd: list[str], ok: tuple[int, ...] = (0,), env: dict | None = None) -> 
     its exit status, raising unless it is in ``ok``. SIGTERM to this script is passed on to ``cmd``
     (``noulengine train`` then pauses with a checkpoint) instead of leaving it running orphaned."""
     print("+", " ".join(f"{k}={v}" for k, v in (env or {}).items()), *cmd, flush=True)
-    child = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **(env or {})})
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+    child, pending = None, []
+
+    def forward(signum, frame):
+        if child is None:  # still starting: passed on as soon as it exists
+            pending.append(signum)
+        else:
+            child.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
     try:
+        child = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **(env or {})})
+        for signum in pending:
+            child.send_signal(signum)
         rc = child.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -554,33 +564,48 @@ def install_shipped(model_dir: Path, decision_models: Path | None = None) -> Pat
     Copies :data:`ADAPTER_FILES` into ``<decision_models>/<name>/`` (``name``: its ``training.json``
     ``name``), pins the adapter's sha256 in ``<decision_models>/shipped.json`` and makes ``name`` the
     default there (:func:`noulengine.models.loading.read_shipped`). Older shipped models stay,
-    loadable by name. The folder is written beside its place and renamed in, and ``shipped.json``
-    last (a rename), so an interrupted install leaves the previous default whole.
+    loadable by name. A shipped model's own folder installed again makes it the default again (a
+    rollback) and copies nothing. The new folder is written beside its place and renamed in (an old
+    folder of the name renamed aside first, removed last), and ``shipped.json`` is replaced last,
+    so an interrupted install leaves the previous default whole.
 
     Raises:
-        SystemExit: the name is not a plain lower-case name, or is shipped already with another
-            adapter (a shipped name keeps meaning one adapter: train the new one with ``--name``).
+        SystemExit: the name is not a plain lower-case name, or is a base model's name (``base``, an
+            embedded base: it would shadow it), or is shipped already with other files (a shipped
+            name keeps meaning one adapter, its calibration and record: train a new version with
+            ``--name``).
     """
+    from noulengine.models.loading import BASE_ALIAS
+
     decision_models = decision_models or DECISION_MODELS_DIR
     name = json.loads((model_dir / "training.json").read_text(encoding="utf-8")).get("name") or ""
-    if not SHIPPED_NAME.match(name):
+    if not SHIPPED_NAME.match(name) or name == BASE_ALIAS or embedded_base(name) is not None:
         raise SystemExit(f"install: {model_dir / 'training.json'}: name {name!r} is not a shipped model's name "
-                         "(lower-case letters, digits, '.', '_', '-'); retrain with --name noul-<base>-v<N>")
+                         "(lower-case letters, digits, '.', '_', '-'; not 'base' or a base model's name); retrain "
+                         "with --name noul-<base>-v<N>")
     shipped_file = decision_models / "shipped.json"
     shipped = read_shipped(shipped_file) if shipped_file.is_file() else {"default": None, "models": {}}
     digest = sha256_file(model_dir / "adapter_model.safetensors")
-    pinned = shipped["models"].get(name, {}).get("adapter_sha256")
-    if pinned is not None and pinned != digest:
-        raise SystemExit(f"install: {name} is shipped already with adapter sha256 {pinned}, and this one is {digest}; "
-                         "a shipped name keeps meaning one adapter: retrain with --name <a new version>")
     target = decision_models / name
-    staging = decision_models / f".{name}.installing"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    for file in ADAPTER_FILES:
-        shutil.copy2(model_dir / file, staging / file)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(staging, target)
+    if name in shipped["models"]:
+        pinned = shipped["models"][name]["adapter_sha256"]
+        same = pinned == digest and all((target / f).is_file() and (target / f).read_bytes() == (model_dir / f).read_bytes()
+                                        for f in ADAPTER_FILES)
+        if not same:
+            raise SystemExit(f"install: {name} is shipped already (adapter sha256 {pinned}) with other files than "
+                             f"{model_dir}'s (adapter sha256 {digest}); a shipped name keeps meaning one adapter, "
+                             "its calibration and its record: retrain with --name <a new version>")
+    else:
+        staging, aside = decision_models / f".{name}.installing", decision_models / f".{name}.old"
+        for leftover in (staging, aside):
+            shutil.rmtree(leftover, ignore_errors=True)
+        staging.mkdir(parents=True)
+        for file in ADAPTER_FILES:
+            shutil.copy2(model_dir / file, staging / file)
+        if target.exists():  # an unpinned folder of that name (an interrupted install): replaced
+            os.replace(target, aside)
+        os.replace(staging, target)
+        shutil.rmtree(aside, ignore_errors=True)
     shipped["models"][name] = {"adapter_sha256": digest}
     previous, shipped["default"] = shipped["default"], name
     write_text_atomic(shipped_file, json.dumps(shipped, indent=1) + "\n")
@@ -596,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     # install is never implied: an experiment (another mix, base or work folder) must not replace the
     # shipped default because --steps was left out; it is named once the run is measured.
     ap.add_argument("--steps", default="data,train,calibrate", help="comma-separated steps of data, train, "
-                    "calibrate, install (default data,train,calibrate: install replaces the shipped default, "
+                    "calibrate, install (default data,train,calibrate: install makes the run the shipped default, "
                     "so it is always named)")
     ap.add_argument("--source", help="raw data root (default: $NOULENGINE_DATA, else ../shared/data)")
     ap.add_argument("--work", default=str(WORK), help="work folder (git-ignored)")
@@ -654,8 +679,9 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--install-from {args.install_from}: only with --steps install (the other steps write "
                      "<work>/model, which the install step would then not copy)")
         missing = [n for n in ADAPTER_FILES if not (args.install_from / n).is_file()]
-        if args.install_from.resolve().parent == DECISION_MODELS_DIR.resolve():
-            ap.error(f"--install-from {args.install_from}: that is the shipped model {args.install_from.name} itself")
+        if args.install_from.resolve() == (DECISION_MODELS_DIR / read_shipped(DECISION_MODELS_DIR / "shipped.json")[
+                "default"]).resolve():
+            ap.error(f"--install-from {args.install_from}: that is the default itself ({args.install_from.name})")
         if missing:
             ap.error(f"--install-from {args.install_from}: no {', '.join(missing)} there (a model folder written by "
                      "noulengine train and calibrated by noulengine calibrate)")

@@ -63,14 +63,20 @@ def test_plan_skips_what_is_done_and_resumes_what_is_paused(tmp_path, monkeypatc
     (v4 / "model" / "training.json").write_text("{}")
     (v6 / "model" / "checkpoint").mkdir(parents=True)
     (v6 / "data").mkdir()
-    (v6 / "data" / "train.jsonl").write_text("")
+    (v6 / "data" / "train.jsonl").write_text("")  # a data step killed before its data.json: rebuilt
+    plan = _plan(tmp_path, monkeypatch, capsys)
+    assert "--steps data --mix v6" in plan[0]
+    (v6 / "data" / "data.json").write_text("{}")
     plan = _plan(tmp_path, monkeypatch, capsys)
     assert "--mix v6" in plan[0] and "--steps train" in plan[0] and plan[0].endswith("--resume")
     assert "--name noul-smollm2-135m-v3" in plan[0] and "--init-adapter runs/train-v4x5n/model" in plan[0]
     assert not any("--mix v4" in line for line in plan)
     # everything trained and calibrated: only the evaluations, compare and the clause checks
     (v6 / "model" / "checkpoint").rmdir()
-    (v6 / "model" / "training.json").write_text("{}")
+    (v6 / "model" / "training.json").write_text('{"name": "noul-smollm2-135m-v6"}')  # another run's model
+    with pytest.raises(SystemExit, match="holds a finished run named 'noul-smollm2-135m-v6'"):
+        _plan(tmp_path, monkeypatch, capsys)
+    (v6 / "model" / "training.json").write_text('{"name": "noul-smollm2-135m-v3"}')
     (v6 / "model" / "calibration.json").write_text("{}")
     plan = _plan(tmp_path, monkeypatch, capsys)
     assert not any("train_default.py" in line for line in plan)

@@ -309,6 +309,7 @@ def test_install_from_a_candidate_folder_copies_it_and_pins_its_sha(tmp_path, mo
     (candidate / "adapter_model.safetensors").write_bytes(bytes(blob))
     models.mkdir()
     shutil.copy2(SHIPPED_FILE, models / "shipped.json")
+    shutil.copytree(DEFAULT_ADAPTER_DIR, models / DEFAULT_DECISION_MODEL)
     shipped_before = (models / "shipped.json").read_text()
     monkeypatch.setattr(train_default, "DECISION_MODELS_DIR", models)
     monkeypatch.setattr(train_default, "resolve_data_dir", lambda source: None)  # installing reads no raw data
@@ -323,10 +324,10 @@ def test_install_from_a_candidate_folder_copies_it_and_pins_its_sha(tmp_path, mo
                             str(tmp_path / "partial")])
     assert "no adapter_config.json, training.json, calibration.json there" in capsys.readouterr().err
     # the candidate still carries the shipped default's name: that name keeps meaning its adapter
-    with pytest.raises(SystemExit, match=f"{DEFAULT_DECISION_MODEL} is shipped already with adapter sha256"):
+    with pytest.raises(SystemExit, match=f"{DEFAULT_DECISION_MODEL} is shipped already \\(adapter sha256"):
         train_default.main(["--steps", "install", "--work", str(tmp_path / "work"), "--install-from", str(candidate)])
     assert (models / "shipped.json").read_text() == shipped_before and sorted(p.name for p in models.iterdir()) == [
-        "shipped.json"]
+        DEFAULT_DECISION_MODEL, "shipped.json"]
     training = json.loads((candidate / "training.json").read_text())
     (candidate / "training.json").write_text(json.dumps({**training, "name": "noul-test-v9"}))
     assert train_default.main(["--steps", "install", "--work", str(tmp_path / "work"),
@@ -345,7 +346,21 @@ def test_install_from_a_candidate_folder_copies_it_and_pins_its_sha(tmp_path, mo
     with pytest.raises(SystemExit):
         train_default.main(["--steps", "install", "--work", str(tmp_path / "work"), "--install-from",
                             str(models / "noul-test-v9")])
-    assert "that is the shipped model noul-test-v9 itself" in capsys.readouterr().err
+    assert "that is the default itself (noul-test-v9)" in capsys.readouterr().err
+    # a rollback: the previous default's own folder makes it the default again, copying nothing
+    assert train_default.main(["--steps", "install", "--work", str(tmp_path / "work"), "--install-from",
+                               str(models / DEFAULT_DECISION_MODEL)]) == 0
+    assert read_shipped(models / "shipped.json")["default"] == DEFAULT_DECISION_MODEL
+    assert (models / "noul-test-v9" / "adapter_model.safetensors").read_bytes() == bytes(blob)
+    # the same name again with another calibration: a shipped name keeps meaning its files
+    (candidate / "calibration.json").write_text("{}")
+    with pytest.raises(SystemExit, match="noul-test-v9 is shipped already"):
+        train_default.main(["--steps", "install", "--work", str(tmp_path / "work"), "--install-from", str(candidate)])
+    for reserved in ("base", "gemma-3-270m", "SmolLM2-135M-Instruct".lower()):
+        (candidate / "training.json").write_text(json.dumps({**training, "name": reserved}))
+        with pytest.raises(SystemExit, match="is not a shipped model's name"):
+            train_default.main(["--steps", "install", "--work", str(tmp_path / "work"), "--install-from",
+                                str(candidate)])
     (candidate / "training.json").write_text(json.dumps({**training, "name": "../escape"}))
     with pytest.raises(SystemExit, match="is not a shipped model's name"):
         train_default.main(["--steps", "install", "--work", str(tmp_path / "work"), "--install-from", str(candidate)])

@@ -52,3 +52,14 @@ def test_a_malformed_shipped_file_is_refused_naming_the_rule(tmp_path, text, rul
     (tmp_path / "shipped.json").write_text(text)
     with pytest.raises(ValueError, match=rule):
         read_shipped(tmp_path / "shipped.json")
+
+
+def test_a_shipped_folder_missing_its_adapter_is_refused_naming_the_file(tmp_path, monkeypatch):
+    import shutil
+
+    shutil.copytree(DEFAULT_ADAPTER_DIR, tmp_path / DEFAULT_DECISION_MODEL)
+    (tmp_path / DEFAULT_DECISION_MODEL / "adapter_model.safetensors").unlink()
+    monkeypatch.setattr(loading, "DECISION_MODELS_DIR", tmp_path)
+    with pytest.raises(ModelNotFoundError, match=f"adapter_model.safetensors: missing, and {DEFAULT_DECISION_MODEL} "
+                                                 "is pinned"):
+        loading.check_shipped_pin(tmp_path / DEFAULT_DECISION_MODEL)

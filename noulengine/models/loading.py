@@ -125,7 +125,6 @@ def resolve_model(name_or_path: str | os.PathLike | None) -> tuple[Path, ModelId
             base is not installed, or its file has another sha256 than the pinned one.
     """
     base = None
-    name_or_path = shipped_model_dir(name_or_path) or name_or_path
     if name_or_path is None:
         base = default_base()
     elif is_base_name(name_or_path):  # never shadows an existing path of the same name
@@ -212,7 +211,11 @@ def check_shipped_pin(path: Path) -> None:
     resolved = path.resolve()
     for name, pin in SHIPPED_ADAPTER_SHA256.items():
         if resolved == (DECISION_MODELS_DIR / name).resolve():
-            have = sha256_file(path / "adapter_model.safetensors")
+            weights = path / "adapter_model.safetensors"
+            if not weights.is_file():
+                raise ModelNotFoundError(f"{weights}: missing, and {name} is pinned to an adapter of sha256 {pin} "
+                                         f"({SHIPPED_FILE.name}); reinstall noulengine")
+            have = sha256_file(weights)
             if have != pin:
                 raise ModelNotFoundError(f"{path / 'adapter_model.safetensors'} has sha256 {have}, not the pinned "
                                          f"{pin} of {name} ({SHIPPED_FILE.name}); reinstall noulengine, or rerun "
@@ -287,8 +290,9 @@ def load_temperatures(path, *, identity=None, readout: str | None = None, debias
 
 
 def default_model_spec() -> str:
-    """What ``None`` loads: the committed trained adapter when present, else the untrained base."""
-    return str(DEFAULT_ADAPTER_DIR) if (DEFAULT_ADAPTER_DIR / TRAINING_FILE).is_file() else SMOLLM2.name
+    """What ``None`` loads: the folder of the default shipped decision model (``shipped.json``). A
+    missing folder is an error when loading, never a silent fall back to the untrained base."""
+    return str(DEFAULT_ADAPTER_DIR)
 
 
 def load_model(name_or_path: str | os.PathLike | None = None, *, dtype=None, device=None,
