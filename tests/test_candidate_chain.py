@@ -80,9 +80,11 @@ def test_plan_skips_what_is_done_and_resumes_what_is_paused(tmp_path, monkeypatc
     (v6 / "model" / "calibration.json").write_text("{}")
     plan = _plan(tmp_path, monkeypatch, capsys)
     assert not any("train_default.py" in line for line in plan)
-    evals = [line for line in plan if "noulengine.eval" in line]
-    assert len(evals) == 2 * len(candidate_chain.EVALS)
-    assert sum("--model noul-smollm2-135m-v2" in line for line in evals) == len(candidate_chain.EVALS)
+    evals = [line for line in plan if "noulengine.eval" in line and "--merge" not in line]
+    merges = [line for line in plan if "--merge" in line]
+    assert len(evals) == 2 * len(candidate_chain.EVALS) * candidate_chain.EVAL_WORKERS
+    assert all(line.endswith("&") for line in evals) and len(merges) == 2 * len(candidate_chain.EVALS)
+    assert sum("--model noul-smollm2-135m-v2" in line for line in evals) == len(evals) // 2
     compare = next(line for line in plan if "noulengine compare" in line)
     assert "v2=runs/chain45/v2-acc-probe," in compare and "v3=runs/chain45/v3-acc-probe," in compare
 
@@ -97,5 +99,27 @@ def test_a_sigterm_pauses_the_chain_and_starts_no_later_step(tmp_path, monkeypat
             chain.run([sys.executable, "-c", PAUSING_CHILD, str(ready)], ok=(0,))
         with pytest.raises(candidate_chain.Paused):  # refused before it starts
             chain.run([sys.executable, "-c", "raise SystemExit(3)"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_side_by_side_commands_all_finish_and_a_failure_is_raised(tmp_path):
+    chain = candidate_chain.Chain()
+    assert chain.run_together([[sys.executable, "-c", "pass"]] * 2) == [0, 0]
+    with pytest.raises(candidate_chain.subprocess.CalledProcessError):
+        chain.run_together([[sys.executable, "-c", "pass"], [sys.executable, "-c", "raise SystemExit(4)"]])
+
+
+def test_a_sigterm_reaches_every_side_by_side_command(tmp_path):
+    chain = candidate_chain.Chain()
+    ready = tmp_path / "ready"
+    previous = signal.signal(signal.SIGTERM, chain.on_sigterm)
+    try:
+        _sigterm_self_when(ready)
+        t0 = time.monotonic()
+        with pytest.raises(candidate_chain.Paused):
+            chain.run_together([[sys.executable, "-c", PAUSING_CHILD, str(ready)],
+                                [sys.executable, "-c", PAUSING_CHILD, str(tmp_path / "other")]])
+        assert time.monotonic() - t0 < 30  # both children stopped, not left to sleep out
     finally:
         signal.signal(signal.SIGTERM, previous)
