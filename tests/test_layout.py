@@ -90,7 +90,8 @@ def test_the_training_loop_never_imports_a_curriculum(module):
 
 
 def test_scripts_holds_what_a_user_or_ci_runs_and_experiments_the_rest():
-    """scripts/: set-up, the default model's recipe, doc examples, GPU check and recipe, conformance,
+    """scripts/: set-up, the default model's recipe and the chain that decides its next version
+    (candidate chain, adoption verdict), doc examples, GPU check and recipe, conformance,
     validation files, load test. experiments/: each a table's source in docs/, its first docstring
     (or comment) line naming that section and the command that reproduces it."""
     repo = PACKAGE.parent
@@ -98,7 +99,7 @@ def test_scripts_holds_what_a_user_or_ci_runs_and_experiments_the_rest():
         return sorted(p for p in (repo / folder).iterdir() if p.is_file())
 
     assert [p.name for p in files("scripts")] == [
-        "ci_serve_conformance.sh", "doc_examples.py", "gpu_check.sh", "gpu_recipe.sh", "install_model_wheel.py",
+        "adoption_verdict.py", "candidate_chain.py", "ci_serve_conformance.sh", "doc_examples.py", "gpu_check.sh", "gpu_recipe.sh", "install_model_wheel.py",
         "load_test.py", "make_validation.py", "setup.sh", "setup_chromium.sh", "train_default.py"]
     for path in files("experiments"):
         text = path.read_text(encoding="utf-8")
