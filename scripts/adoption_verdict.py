@@ -43,6 +43,11 @@ MAX_ECE = 0.05  # calibrated, validation-v1 selection rows (all)
 MIN_SPEED_RATIO = 0.95  # "speed unchanged": the candidate's decisions/s at least 95% of the baseline's
 REFUND_TICKET = "I returned the shoes last week, please send my money back."
 CONSTANT_SUITE = "typed_decisions"
+# the clauses' names, as verdict.md and verdict.json print them
+AUC_CLAUSE = f"yes AUC >= {MIN_YES_AUC} on every held-out yes/no kind"
+SPEED_CLAUSE = f"speed unchanged (>= {MIN_SPEED_RATIO:.0%} of the baseline's decisions/s)"
+ECE_CLAUSE = f"calibrated ECE <= {MAX_ECE} on validation selection rows"
+TICKET_CLAUSE = "README refund ticket right in both option orders"
 
 
 class EvidenceError(ValueError):
@@ -160,45 +165,45 @@ def clauses(folder: Path, baseline: str, candidate: str, baseline_model: str, ca
                                                         f"baseline {sorted(fields[0]) or 'none'}")
     selection = _by_name(_read(folder / "selection.json"), candidate_model, "candidate")
     if selection is None:
-        add(f"yes AUC >= {MIN_YES_AUC} on every held-out yes/no kind", "not measured", f"no {folder / 'selection.json'}")
+        add(AUC_CLAUSE, "not measured", f"no {folder / 'selection.json'}")
     else:
         aucs = {k: m.get("yes_auc") for k, m in selection["kinds"].items() if k.startswith("noul:")}
         low = {k: a for k, a in aucs.items() if a is not None and a < MIN_YES_AUC}
         absent = [k for k, a in aucs.items() if a is None]  # one gold side only: no AUC, not a pass
-        add(f"yes AUC >= {MIN_YES_AUC} on every held-out yes/no kind",
+        add(AUC_CLAUSE,
             "fail" if low else ("not measured" if absent or not aucs else "pass"),
             ", ".join(f"{k} {'no AUC' if a is None else f'{a:.3f}'}" for k, a in sorted(aucs.items()))
             or "no yes/no kind scored")
     tickets = _by_name(_read(folder / "tickets.json"), candidate_model, "candidate")
     if tickets is None:
-        add("README refund ticket right in both option orders", "not measured", f"no {folder / 'tickets.json'}")
+        add(TICKET_CLAUSE, "not measured", f"no {folder / 'tickets.json'}")
     else:
         rows = [r for r in tickets["rows"] if r["ticket"] == REFUND_TICKET]
         # right = both of its answers: the refund (yes) and the route (billing), in each order
         ok = len(rows) == 2 and all(r["refund"] == r["refund_want"] and r["route"] == r["route_want"] for r in rows)
-        add("README refund ticket right in both option orders",
+        add(TICKET_CLAUSE,
             "pass" if ok else ("not measured" if len(rows) != 2 else "fail"),
             ", ".join(f"{r['order']}: route {r['route']}, P(yes) {r['p_yes']:.2f}" for r in rows)
             or "the ticket was not asked")
     folder_c = _model_dir(candidate_model)
     cal = _read(folder_c / "calibration.json") if folder_c is not None else None
     if cal is None:
-        add(f"calibrated ECE <= {MAX_ECE} on validation selection rows", "not measured",
+        add(ECE_CLAUSE, "not measured",
             f"no calibration.json in {candidate_model}")
     else:
         after = cal["metrics"]["selection"]["all"]["after"]
-        add(f"calibrated ECE <= {MAX_ECE} on validation selection rows", "pass" if after["ece"] <= MAX_ECE else "fail",
+        add(ECE_CLAUSE, "pass" if after["ece"] <= MAX_ECE else "fail",
             f"ECE(15) {after['ece']:.4f} on {after['n']} rows (accuracy {100 * after['accuracy']:.1f}%)")
     speed = _read(folder / "speed.json")
     if speed is None:
-        add(f"speed unchanged (>= {MIN_SPEED_RATIO:.0%} of the baseline's decisions/s)", "not measured",
+        add(SPEED_CLAUSE, "not measured",
             f"no {folder / 'speed.json'}")
     else:
         if (speed["a"], speed["b"]) != (baseline_model, candidate_model):
             raise EvidenceError(f"{folder / 'speed.json'} timed A={speed['a']!r}, B={speed['b']!r}; want "
                                 f"A={baseline_model!r}, B={candidate_model!r}")
         ratios = {w: e["ratio_b_over_a"] for w, e in speed["workloads"].items()}
-        add(f"speed unchanged (>= {MIN_SPEED_RATIO:.0%} of the baseline's decisions/s)",
+        add(SPEED_CLAUSE,
             "not measured" if not ratios else ("pass" if all(r >= MIN_SPEED_RATIO for r in ratios.values()) else "fail"),
             ", ".join(f"{w} {r:.3f}x" for w, r in ratios.items()) or "no workload timed")
     return out
