@@ -17,10 +17,14 @@ checkpoint; ``noulengine eval`` keeps the rows it answered) and no later step st
 
 Steps (docs/training.md, "Five epochs of mix v4"; docs/results.md, "The adoption rule"):
 
-1. ``v4``: mix v4 for five epochs (4,930 updates, native CPU kernels), from
-   ``training-checkpoints/v4x5n`` when ``runs/train-v4x5n/model`` holds nothing yet.
+1. ``v4``: mix v4 for five epochs (4,930 updates, native CPU kernels).
 2. ``v6``: the v6 continuation of that model (``--init-adapter``; balanced yes/no scenario fields),
    trained under the name it would ship as, ``noul-smollm2-135m-v3``; then ``calibrate``.
+
+   Each run's committed state (``training-checkpoints/v4x5n``, ``training-checkpoints/v6``: a
+   checkpoint, or the finished model a later run starts from) is copied into ``runs/`` when that
+   run's model folder holds nothing yet. Once v6 has begun, v4 is never trained again: its finished
+   adapter is all v6 needs (the trainer checks it by content on ``--resume``).
 3. ``eval``: the baseline (``noul-smollm2-135m-v2``, loaded by name so the runs stay valid when the
    default moves) and the candidate on the full suites: accuracy-v1 (typed_decisions, the three
    Jevbench suites and toolace with ``--probe reverse``; AG News and WildJailbreak without it, as
@@ -52,7 +56,8 @@ from noulengine.train.checkpoint import EXIT_RESUMABLE  # noqa: E402
 PY = sys.executable
 RECIPE = [PY, "scripts/train_default.py"]
 V4_WORK, V6_WORK, OUT = Path("runs/train-v4x5n"), Path("runs/train-v6"), Path("runs/chain45")
-V4_CHECKPOINT = Path("training-checkpoints/v4x5n")
+# where a session that ends mid-chain commits each run's state (training-checkpoints/README.md)
+COMMITTED = {V4_WORK: Path("training-checkpoints/v4x5n"), V6_WORK: Path("training-checkpoints/v6")}
 V4_TRAIN = ["--mix", "v4", "--work", str(V4_WORK), "--numerics", "native", "--epochs", "5", "--max-updates", "4930",
             "--eval-every", "500", "--checkpoint-every", "50"]
 CANDIDATE = "noul-smollm2-135m-v3"
@@ -82,6 +87,7 @@ class Chain:
 
     def __init__(self, dry: bool = False):
         self.dry, self.stop, self.children = dry, False, []
+        self.restored: dict[Path, str] = {}  # run folder -> "checkpoint" | "finished" (what --plan would copy)
 
     def on_sigterm(self, signum, frame):
         self.stop = True
@@ -115,13 +121,15 @@ class Chain:
         return rcs
 
 
-def trained(work: Path, name: str | None = None) -> bool:
+def trained(chain: Chain, work: Path, name: str | None = None) -> bool:
     """A finished ``noulengine train`` folder: ``training.json`` written, no checkpoint left.
 
     Raises:
         SystemExit: the finished folder is another run's (``name`` differs): evaluating it would
             compare the wrong model; it is never overwritten either.
     """
+    if chain.restored.get(work) == "finished":  # --plan: the copy it would make
+        return True
     model = REPO / work / "model"
     if not (model / "training.json").is_file() or (model / "checkpoint").exists():
         return False
@@ -132,29 +140,56 @@ def trained(work: Path, name: str | None = None) -> bool:
     return True
 
 
-def train_step(chain: Chain, work: Path, flags: list[str], env: dict) -> None:
-    """Build the data if missing, then train (resuming a checkpoint where there is one)."""
+def paused(chain: Chain, work: Path) -> bool:
+    """A run with a checkpoint to resume (or, under ``--plan``, one it would copy in)."""
+    return chain.restored.get(work) == "checkpoint" or (REPO / work / "model" / "checkpoint").is_dir()
+
+
+def restore(chain: Chain, work: Path) -> None:
+    """On a fresh clone, copy the run's committed state into ``runs/``: a checkpoint (``state.pt``)
+    to ``model/checkpoint``, a finished model (``training.json``) to ``model``. Nothing when the
+    model folder exists: what this machine has is newer than any commit of it."""
+    src, model = REPO / COMMITTED[work], REPO / work / "model"
+    if model.exists():
+        return
+    kind = "checkpoint" if (src / "state.pt").is_file() else "finished" if (src / "training.json").is_file() else None
+    if kind is None:
+        return
+    dest = model / "checkpoint" if kind == "checkpoint" else model
+    print(f"+ cp -r {COMMITTED[work]} {dest.relative_to(REPO)}", flush=True)
+    chain.restored[work] = kind
+    if not chain.dry:
+        model.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(src, dest)
+
+
+def data_step(chain: Chain, work: Path, flags: list[str]) -> None:
+    """Build the run's data (``--steps data``, byte for byte from ``../shared/data``) if missing."""
     if not (REPO / work / "data" / "data.json").is_file():  # written last: the data step finished
         chain.run([*RECIPE, "--steps", "data", *flags[:4]])
-    resume = ["--resume"] if (REPO / work / "model" / "checkpoint").is_dir() else []
+
+
+def train_step(chain: Chain, work: Path, flags: list[str], env: dict) -> None:
+    """Build the data if missing, then train (resuming a checkpoint where there is one)."""
+    data_step(chain, work, flags)
+    resume = ["--resume"] if paused(chain, work) else []
     chain.run([*RECIPE, "--steps", "train", *flags, *resume], env=env)
-    if not chain.dry and not trained(work):
+    if not chain.dry and not trained(chain, work):
         raise Paused  # paused inside (SIGTERM to the trainer) with a checkpoint
 
 
 def steps(chain: Chain) -> None:
     env = {"NOULENGINE_THREADS": "2"}  # native numerics: the checkpoint pins the thread count
-    if not trained(V4_WORK):
-        model = REPO / V4_WORK / "model"
-        if not model.exists() and (REPO / V4_CHECKPOINT / "state.pt").is_file():
-            print(f"+ cp -r {V4_CHECKPOINT} {V4_WORK / 'model' / 'checkpoint'}", flush=True)
-            if not chain.dry:
-                model.mkdir(parents=True)
-                shutil.copytree(REPO / V4_CHECKPOINT, model / "checkpoint")
+    for work in (V4_WORK, V6_WORK):
+        restore(chain, work)
+    # v6 started (a checkpoint) or done: v4's finished adapter is its starting point, never retrained
+    if not (paused(chain, V6_WORK) or trained(chain, V6_WORK, CANDIDATE) or trained(chain, V4_WORK)):
         train_step(chain, V4_WORK, V4_TRAIN, env)
-    if not trained(V6_WORK, CANDIDATE):
+    if not trained(chain, V6_WORK, CANDIDATE):
         train_step(chain, V6_WORK, V6_TRAIN, env)
-    if not (REPO / V6_WORK / "model" / "calibration.json").is_file():
+    data_step(chain, V6_WORK, V6_TRAIN)  # a restored finished model: calibration and selection rows still needed
+    calibrated = REPO / (COMMITTED[V6_WORK] if chain.restored.get(V6_WORK) == "finished" else V6_WORK / "model")
+    if not (calibrated / "calibration.json").is_file():
         chain.run([*RECIPE, "--steps", "calibrate", *V6_TRAIN[:6]], env=env)
     runs = {label: [] for label in MODELS}
     for suffix, flags in EVALS:

@@ -57,6 +57,7 @@ def test_plan_skips_what_is_done_and_resumes_what_is_paused(tmp_path, monkeypatc
     plan = _plan(tmp_path, monkeypatch, capsys)
     assert plan[0].startswith("+ cp -r training-checkpoints/v4x5n runs/train-v4x5n/model/checkpoint")
     assert "--steps data --mix v4" in plan[1]
+    assert "--steps train --mix v4" in plan[2] and plan[2].endswith("--resume")  # the copied checkpoint
     # v4 finished, v6 paused with a checkpoint and its data built
     v4, v6 = tmp_path / "runs" / "train-v4x5n", tmp_path / "runs" / "train-v6"
     (v4 / "model").mkdir(parents=True)
@@ -87,6 +88,43 @@ def test_plan_skips_what_is_done_and_resumes_what_is_paused(tmp_path, monkeypatc
     assert sum("--model noul-smollm2-135m-v2" in line for line in evals) == len(evals) // 2
     compare = next(line for line in plan if "noulengine compare" in line)
     assert "v2=runs/chain45/v2-acc-probe," in compare and "v3=runs/chain45/v3-acc-probe," in compare
+
+
+def _commit(tmp_path, name: str, *files: str) -> None:
+    folder = tmp_path / "training-checkpoints" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        (folder / f).write_text('{"name": "noul-smollm2-135m-v3"}' if f == "training.json" else "{}")
+
+
+def test_a_fresh_clone_resumes_v6_from_committed_states_and_never_retrains_v4(tmp_path, monkeypatch, capsys):
+    # session end inside v6: v4's finished adapter (v6's --init-adapter) and v6's checkpoint committed
+    _commit(tmp_path, "v4x5n", "training.json", "adapter_model.safetensors")
+    _commit(tmp_path, "v6", "state.pt", "checkpoint.json")
+    plan = _plan(tmp_path, monkeypatch, capsys)
+    assert plan[0] == "+ cp -r training-checkpoints/v4x5n runs/train-v4x5n/model"
+    assert plan[1] == "+ cp -r training-checkpoints/v6 runs/train-v6/model/checkpoint"
+    assert "--steps data --mix v6" in plan[2]
+    assert "--steps train --mix v6" in plan[3] and plan[3].endswith("--resume")
+    assert not any("--mix v4" in line for line in plan)
+    # a v6 checkpoint alone (v4's adapter not committed) still never retrains v4: the trainer's
+    # --resume refuses the missing --init-adapter by name instead
+    (tmp_path / "training-checkpoints" / "v4x5n" / "training.json").unlink()
+    assert not any("--mix v4" in line for line in _plan(tmp_path, monkeypatch, capsys))
+
+
+def test_a_fresh_clone_with_the_finished_candidate_goes_straight_to_the_evaluations(tmp_path, monkeypatch, capsys):
+    _commit(tmp_path, "v6", "training.json", "adapter_model.safetensors", "calibration.json")
+    plan = _plan(tmp_path, monkeypatch, capsys)
+    assert plan[0] == "+ cp -r training-checkpoints/v6 runs/train-v6/model"
+    assert "--steps data --mix v6" in plan[1]  # the selection rows the yes AUC clause reads
+    assert not any("--steps train" in line or "--steps calibrate" in line for line in plan)
+    assert "noulengine.eval" in plan[2]
+    # on this machine the model folder is newer than any commit: nothing is copied over it
+    (tmp_path / "runs" / "train-v6" / "model").mkdir(parents=True)
+    (tmp_path / "runs" / "train-v6" / "model" / "checkpoint").mkdir()
+    plan = _plan(tmp_path, monkeypatch, capsys)
+    assert not any(line.startswith("+ cp") for line in plan) and plan[1].endswith("--resume")
 
 
 def test_a_sigterm_pauses_the_chain_and_starts_no_later_step(tmp_path, monkeypatch):
