@@ -30,11 +30,15 @@ Steps (docs/training.md, "Five epochs of mix v4"; docs/results.md, "The adoption
    Jevbench suites and toolace with ``--probe reverse``; AG News and WildJailbreak without it, as
    v2's earlier full runs), procedural-v1 with ``--probe reverse``, zh-decision-bench.
 4. ``compare``: ``noulengine compare v2=... v3=...`` into ``runs/chain45/compare`` (the suite
-   clauses of the adoption rule, the seven-suite mean, constant fields).
-5. ``clauses``: the held-out yes/no rows per kind (``experiments/selection_by_kind.py``, yes AUC),
-   the README's tickets in both option orders (``experiments/readme_tickets.py``) and the speed of
-   both (``experiments/compare_models_speed.py``), for both models; then the verdict, clause by
-   clause (``scripts/adoption_verdict.py``: ``runs/chain45/verdict.md``).
+   clauses of the adoption rule, the seven-suite mean, constant fields); the speed of both
+   (``experiments/compare_models_speed.py``); then the verdict, clause by clause
+   (``scripts/adoption_verdict.py``: ``runs/chain45/verdict.md``).
+
+The cheap clauses run between calibration and the suites: the held-out yes/no rows per kind
+(``experiments/selection_by_kind.py``, yes AUC) and the README's tickets in both option orders
+(``experiments/readme_tickets.py``) for both models, each skipped once its file exists, then a
+first verdict: "undecided" until the suites are in, but a clause that already fails says so hours
+earlier.
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ class Chain:
     def __init__(self, dry: bool = False):
         self.dry, self.stop, self.children = dry, False, []
         self.restored: dict[Path, str] = {}  # run folder -> "checkpoint" | "finished" (what --plan would copy)
+        self.built: set[Path] = set()  # run folders whose data step ran (or, under --plan, would run)
 
     def on_sigterm(self, signum, frame):
         self.stop = True
@@ -165,8 +170,9 @@ def restore(chain: Chain, work: Path) -> None:
 
 def data_step(chain: Chain, work: Path, flags: list[str]) -> None:
     """Build the run's data (``--steps data``, byte for byte from ``../shared/data``) if missing."""
-    if not (REPO / work / "data" / "data.json").is_file():  # written last: the data step finished
+    if not (REPO / work / "data" / "data.json").is_file() and work not in chain.built:  # data.json: written last
         chain.run([*RECIPE, "--steps", "data", *flags[:4]])
+        chain.built.add(work)  # --plan: once
 
 
 def train_step(chain: Chain, work: Path, flags: list[str], env: dict) -> None:
@@ -191,6 +197,7 @@ def steps(chain: Chain) -> None:
     calibrated = REPO / (COMMITTED[V6_WORK] if chain.restored.get(V6_WORK) == "finished" else V6_WORK / "model")
     if not (calibrated / "calibration.json").is_file():
         chain.run([*RECIPE, "--steps", "calibrate", *V6_TRAIN[:6]], env=env)
+    clause_checks(chain, env)
     runs = {label: [] for label in MODELS}
     for suffix, flags in EVALS:
         for label, model in MODELS.items():
@@ -207,13 +214,36 @@ def steps(chain: Chain) -> None:
                        "--no-plots"])
     chain.run([PY, "-m", "noulengine", "compare", *(f"{label}={','.join(r)}" for label, r in runs.items()),
                "--output", str(OUT / "compare")])
-    both = [f for model in MODELS.values() for f in ("--model", model)]
-    chain.run([PY, "experiments/selection_by_kind.py", "--selection", str(V6_WORK / "data" / "selection.jsonl"),
-               *both, "--kinds", "noul:,tool:,scenario:", "--output", str(OUT / "selection.json")], env=env)
-    chain.run([PY, "experiments/readme_tickets.py", *both, "--output", str(OUT / "tickets.json")], env=env)
     # a timing: nothing else of the chain runs beside it
     chain.run([PY, "experiments/compare_models_speed.py", "--a", MODELS["v2"], "--b", MODELS["v3"], "--threads", "2",
                "--output", str(OUT / "speed.json")], env=env)
+    verdict(chain)
+
+
+def once(chain: Chain, output: Path, cmd: list[str], env: dict) -> None:
+    """Run a clause check unless its output file is there (the chain's models are fixed, and the
+    verdict refuses a file about other models)."""
+    if (REPO / output).is_file():
+        print(f"# done: {output}", flush=True)
+        return
+    chain.run(cmd, env=env)
+
+
+def clause_checks(chain: Chain, env: dict) -> None:
+    """The cheap clauses (minutes, against hours of suites): the held-out yes/no rows per kind and
+    the README's tickets in both option orders, then a verdict on what is known so far, so that a
+    clause which fails already says so before the suites run."""
+    both = [f for model in MODELS.values() for f in ("--model", model)]
+    once(chain, OUT / "selection.json", [PY, "experiments/selection_by_kind.py", "--selection",
+                                        str(V6_WORK / "data" / "selection.jsonl"), *both, "--kinds",
+                                        "noul:,tool:,scenario:", "--output", str(OUT / "selection.json")], env)
+    once(chain, OUT / "tickets.json", [PY, "experiments/readme_tickets.py", *both, "--output",
+                                      str(OUT / "tickets.json")], env)
+    verdict(chain)
+
+
+def verdict(chain: Chain) -> None:
+    """``scripts/adoption_verdict.py``: adopt (0), keep the baseline (1) and undecided (3) are all answers."""
     chain.run([PY, "scripts/adoption_verdict.py", "--dir", str(OUT), "--baseline-model", MODELS["v2"],
                "--candidate-model", MODELS["v3"]], ok=(0, 1, 3))
 

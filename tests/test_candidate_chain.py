@@ -66,10 +66,11 @@ def test_plan_skips_what_is_done_and_resumes_what_is_paused(tmp_path, monkeypatc
     (v6 / "data").mkdir()
     (v6 / "data" / "train.jsonl").write_text("")  # a data step killed before its data.json: rebuilt
     plan = _plan(tmp_path, monkeypatch, capsys)
-    assert "--steps data --mix v6" in plan[0]
+    assert "--steps data --mix v6" in plan[0] and sum("--steps data" in line for line in plan) == 1
     (v6 / "data" / "data.json").write_text("{}")
     plan = _plan(tmp_path, monkeypatch, capsys)
     assert "--mix v6" in plan[0] and "--steps train" in plan[0] and plan[0].endswith("--resume")
+    assert sum("--steps data" in line for line in _plan(tmp_path, monkeypatch, capsys)) == 0
     assert "--name noul-smollm2-135m-v3" in plan[0] and "--init-adapter runs/train-v4x5n/model" in plan[0]
     assert not any("--mix v4" in line for line in plan)
     # everything trained and calibrated: only the evaluations, compare and the clause checks
@@ -119,7 +120,15 @@ def test_a_fresh_clone_with_the_finished_candidate_goes_straight_to_the_evaluati
     assert plan[0] == "+ cp -r training-checkpoints/v6 runs/train-v6/model"
     assert "--steps data --mix v6" in plan[1]  # the selection rows the yes AUC clause reads
     assert not any("--steps train" in line or "--steps calibrate" in line for line in plan)
-    assert "noulengine.eval" in plan[2]
+    # the cheap clauses and a first verdict before the hours of suites; the verdict again at the end
+    assert "selection_by_kind.py" in plan[2] and "readme_tickets.py" in plan[3]
+    assert "adoption_verdict.py" in plan[4] and "noulengine.eval" in plan[5]
+    assert "adoption_verdict.py" in plan[-1] and "compare_models_speed.py" in plan[-2]
+    # a clause file already written is not made again
+    (tmp_path / "runs" / "chain45").mkdir(parents=True)
+    (tmp_path / "runs" / "chain45" / "selection.json").write_text("{}")
+    plan = _plan(tmp_path, monkeypatch, capsys)
+    assert not any("selection_by_kind.py" in line for line in plan) and "readme_tickets.py" in plan[2]
     # on this machine the model folder is newer than any commit: nothing is copied over it
     (tmp_path / "runs" / "train-v6" / "model").mkdir(parents=True)
     (tmp_path / "runs" / "train-v6" / "model" / "checkpoint").mkdir()
