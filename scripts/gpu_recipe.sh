@@ -21,7 +21,9 @@
 #        --checkpoint-every 100); TRAIN_LIMIT_S (default 520) stops it with SIGTERM, which saves a
 #        checkpoint (exit 75); run again to resume from $WORK/model/checkpoint with the same FLAGS.
 #        CHECKPOINT=training-checkpoints/NAME starts from that committed checkpoint when $WORK/model
-#        is absent or empty (a chain paused on the CPU: its portable numerics do not bind a GPU part)
+#        is absent or empty (a chain paused on the CPU: its portable numerics do not bind a GPU part);
+#        a continuation mix (MIX=v6) runs at its own peak LR, under NAME (default the mix's name) and
+#        from the adapter FLAGS give (--init-adapter training-checkpoints/v4x5n)
 #   bash scripts/gpu_recipe.sh calibrate                 # there: the recipe's calibrate step (float32)
 #   bash scripts/gpu_recipe.sh eval MODEL NAME           # there: full accuracy-v1 + procedural-v1, --probe reverse
 #   bash scripts/gpu_recipe.sh bench MODEL               # there: noulengine bench --layouts on the real weights
@@ -161,7 +163,9 @@ case "${1:-}" in
     elif [ -f "$WORK/model/training.json" ]; then die "$WORK/model holds a finished run: nothing to resume"
     else rm -rf "$WORK/model"; fi
     # the recipe's own flags (scripts/train_default.py train_args) for the mix's name, on the GPU
-    flags=$($PY -c "import sys; sys.path[:0]=['scripts','.']; import train_default as t; print(' '.join(t.train_args(name=t.MIXES['$MIX']['name'])))")
+    # (a continuation mix, e.g. v6: its peak LR; NAME: the name the chain trains it under, e.g.
+    # noul-smollm2-135m-v3; its --init-adapter goes in FLAGS, checked by content on --resume)
+    flags=$($PY -c "import sys; sys.path[:0]=['scripts','.']; import train_default as t; m = t.MIXES['$MIX']; print(' '.join(t.train_args(name='${NAME:-}' or m['name'], lr=t.CONTINUE['lr'] if m.get('continues') else None)))")
     # SIGTERM at TRAIN_LIMIT_S: the update under way finishes, a checkpoint is saved, exit 75
     # shellcheck disable=SC2086
     timeout -s TERM --preserve-status "${TRAIN_LIMIT_S:-520}" $PY -m noulengine train --data "$WORK/data/train.jsonl" \
