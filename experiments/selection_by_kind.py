@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         n = next(results[m]["kinds"][kind]["decisions"] for m in results if kind in results[m]["kinds"])
         print(f"| {kind} | {n} | " + " | ".join(cells) + " |")
     if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     return 0
 
