@@ -131,8 +131,18 @@ def test_merge_refuses_what_does_not_add_up(run_main, tmp_path, capsys):
     (w1 / "run_key.json").write_text(json.dumps(key))
 
     run = json.loads((w1 / "run.json").read_text())
-    (w1 / "run.json").write_text(json.dumps({**run, "git_revision": "0123abc"}))
-    assert "several code revisions" in merge_error()  # its invocations still name the other one
+    last = run["invocations"][-1]
+    resumed = {**last, "git_revision": "0123abc", "throughput": {**last["throughput"], "requests": 3}}
+    (w1 / "run.json").write_text(json.dumps({**run, "git_revision": "0123abc",
+                                             "invocations": run["invocations"] + [resumed]}))
+    assert "several code revisions" in merge_error()  # rows predicted under two revisions
+    # a re-run after a new commit that found every row done predicted nothing: its revision does not count
+    idle = {**resumed, "throughput": {**last["throughput"], "requests": 0}}
+    (w1 / "run.json").write_text(json.dumps({**run, "git_revision": "0123abc",
+                                             "invocations": run["invocations"] + [idle]}))
+    assert run_main(["--merge", "--workers", "2", "--output", str(out)]) == 0
+    capsys.readouterr()
+    assert json.loads((out / "run.json").read_text())["git_revision"] == run["git_revision"]
     invocations = [{**i, "git_revision": "0123abc"} for i in run["invocations"]]
     (w1 / "run.json").write_text(json.dumps({**run, "git_revision": "0123abc", "invocations": invocations}))
     assert "code revision" in merge_error()

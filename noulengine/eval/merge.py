@@ -70,23 +70,47 @@ def load_worker_runs(output: str | Path, workers: int) -> list[dict]:
             raise ShardMergeError(f"worker {run['worker']} has not finished: its last invocation is {status} "
                                   "(run.json); rerun the worker with the same flags to resume it")
     for run in runs:  # a worker resumed under other code holds rows of two revisions
-        revisions = {inv.get("git_revision") for inv in run["run"].get("invocations") or []}
-        revisions.add(run["run"].get("git_revision"))
+        revisions = prediction_revisions(run["run"])
         if len(revisions) > 1:
             raise ShardMergeError(f"worker {run['worker']} ran under several code revisions ({sorted(map(str, revisions))}); "
                                   "rerun it from scratch under one revision")
+        run["revision"] = next(iter(revisions))
     first = runs[0]
     for other in runs[1:]:
         # resolved settings; the calibration by its sha256 (workers may hold the file at other paths)
         diff = key_differences(first["key"], other["key"], fields=SHARED_KEY_FIELDS,
                                names=("worker 0", f"worker {other['worker']} has"))
-        for f, label in (("git_revision", "code revision"), ("suite_sha256", "suite sha256 pins")):
-            if first["run"].get(f) != other["run"].get(f):
-                diff.append(f"{label}: worker 0 has {first['run'].get(f)!r}, worker {other['worker']} has "
-                            f"{other['run'].get(f)!r}")
+        if first["revision"] != other["revision"]:
+            diff.append(f"code revision: worker 0 predicted under {first['revision']!r}, worker {other['worker']} "
+                        f"under {other['revision']!r}")
+        if first["run"].get("suite_sha256") != other["run"].get("suite_sha256"):
+            diff.append(f"suite sha256 pins: worker 0 has {first['run'].get('suite_sha256')!r}, worker "
+                        f"{other['worker']} has {other['run'].get('suite_sha256')!r}")
         if diff:
             raise ShardMergeError(f"worker {other['worker']} ran another evaluation than worker 0: " + "; ".join(diff))
     return runs
+
+
+def prediction_revisions(run: dict) -> set:
+    """The code revisions under which a worker's rows were predicted.
+
+    An invocation that predicted nothing (every row of its share was already on disk: a chain
+    that re-runs a finished worker after a new commit) changed no prediction, so its revision does
+    not count. An invocation without a throughput record (killed before it wrote one) may have
+    predicted rows and counts. A ``run.json`` without invocations (an older layout) is described by
+    its top-level ``git_revision``.
+
+    Args:
+        run: a worker's parsed ``run.json``.
+
+    Returns:
+        A non-empty set of revision strings (``None`` where git was not available).
+    """
+    invocations = run.get("invocations") or []
+    predicting = [inv for inv in invocations if ((inv.get("throughput") or {}).get("requests") is None
+                                                 or inv["throughput"]["requests"] > 0)]
+    revisions = {inv.get("git_revision") for inv in predicting}
+    return revisions or {run.get("git_revision")}
 
 
 def _read_worker_predictions(d: Path, worker: int) -> dict:
@@ -173,6 +197,7 @@ def merge_runs(output: str | Path, workers: int, *, source: str | None = None, p
     first = runs[0]["run"]
     invocations = [{**inv, "worker": run["worker"]} for run in runs for inv in run["run"].get("invocations") or []]
     meta = {k: first.get(k) for k in ("suite", "git_revision", "engine", "versions", "selection", "suite_sha256")}
+    meta["git_revision"] = runs[0]["revision"]  # the revision that predicted the rows (checked equal above)
     if first.get("probe") is not None:
         meta["probe"] = first["probe"]
     selection = {k: v for k, v in (first.get("selection") or {}).items() if k not in ("worker", "workers")}
