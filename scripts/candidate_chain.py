@@ -7,6 +7,14 @@ Usage::
     kill -TERM <its pid>        # pause: the running step saves (a checkpoint, the predictions so far)
     python scripts/candidate_chain.py --plan                             # what is done, what is next
 
+The evaluations take hours across sessions, and a sharded evaluation's rows must all come from one
+code revision (``--merge`` refuses a worker resumed under other code). While commits go on, run
+the chain from a checkout pinned at one revision, with ``runs/`` shared::
+
+    git worktree add --detach ../chain45 HEAD && ln -s "$PWD/runs" ../chain45/runs
+    cp -r benchmarks ../chain45/   # the prepared suites (git-ignored; else prepared again there)
+    cd ../chain45 && PYTHONPATH=$PWD nohup python scripts/candidate_chain.py >> runs/chain45.log 2>&1 &
+
 Training, data and calibration steps are skipped when their output is whole (an evaluation rerun on
 a finished folder only rescores it; compare, the clause checks and the timing rerun, minutes), so
 the same command continues the chain where it stopped (on this machine: ``runs/`` is git-ignored; on a fresh clone the long part, training,

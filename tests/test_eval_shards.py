@@ -177,3 +177,17 @@ def test_shard_flags_go_together(run_main, capsys):
     assert "at least 1" in capsys.readouterr().err
     assert run_main(["--worker", "0", "--workers", "0"]) == 2
     assert "--workers must be at least 1" in capsys.readouterr().err
+
+
+@needs_data
+def test_resuming_a_worker_under_another_revision_warns_before_running(run_main, tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["--tasks", "jevbench_easy", "--limit", "4", "--output", str(out), "--workers", "2", "--worker", "1"]
+    assert run_main(argv) == 0
+    assert "rows on disk were predicted under" not in capsys.readouterr().err  # the first run: nothing to warn of
+    run_json = out / "worker-1" / "run.json"
+    run = json.loads(run_json.read_text())
+    run_json.write_text(json.dumps({**run, "invocations": [{**i, "git_revision": "0123abc"} for i in run["invocations"]]}))
+    assert run_main(argv) == 0  # nothing left to predict: it runs, and says what a merge will need
+    err = capsys.readouterr().err
+    assert "worker 1's rows on disk were predicted under 0123abc" in err and "git worktree add --detach DIR 0123abc" in err

@@ -199,6 +199,25 @@ def _merge(args) -> int:
         return EXIT_WRITE_ERROR
 
 
+def _warn_revision_change(out: Path, worker: int, revision: str | None) -> None:
+    """Warn, before any row runs, when a shard worker resumes under another code revision than the
+    one that predicted its rows on disk: should it predict a row, ``--merge`` refuses the worker
+    (rows of two revisions), so the hours spent would be lost. A worker already complete predicts
+    nothing and merges fine, hence a warning, not a refusal."""
+    from noulengine.eval.merge import prediction_revisions
+
+    try:
+        earlier = prediction_revisions(json.loads((out / "run.json").read_text()))
+    except (OSError, ValueError):
+        return  # an unreadable run.json is reported by the invocation log itself
+    if earlier and earlier != {revision}:
+        was = ", ".join(sorted(map(str, earlier)))
+        print(f"warning: worker {worker}'s rows on disk were predicted under {was}; this checkout is {revision}. "
+              f"If this invocation predicts any row, --merge will refuse the worker (two revisions). To finish it "
+              f"under one revision: git worktree add --detach DIR {was.split('-dirty')[0]}, then run this command "
+              f"from DIR with --output naming the same folder.", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     args = build_parser(prog).parse_args(argv)  # before the imports below: --help needs no torch
     args.prog, args.argv = prog, list(argv if argv is not None else sys.argv[1:])
@@ -291,6 +310,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             print(f"error: {out} holds predictions of a different run ({'; '.join(diff)}); use another --output",
                   file=sys.stderr)
             return 2
+        if args.workers is not None and (out / "run.json").is_file():
+            _warn_revision_change(out, args.worker, revision)
     from noulengine.writes import EXIT_WRITE_ERROR, OutputWriteError, write_text_atomic
 
     try:
