@@ -179,7 +179,8 @@ def test_compare_scores_like_score_and_flags_what_it_should(tmp_path):
     diff = e["runs"]["slot"]["diff"]
     assert diff["high"] < 0 and diff["value"] == pytest.approx(e["runs"]["slot"]["accuracy"] - 1.0)
     v = result["verdicts"]["slot"]
-    assert v["worse"] == ["jevbench_easy"] and v["passes"] is None  # a mean of 1 of 7 suites decides nothing
+    assert v["worse"] == ["jevbench_easy"] and v["passes"] is False  # one worse suite fails, whatever the mean
+    assert v["mean_higher"] is False
     assert result["mean"]["suites"] == ["jevbench_easy"] and "the mean is over 1 of" in result["notes"][-1]
     json.dumps(result, allow_nan=False)
 
@@ -223,6 +224,10 @@ def test_verdict_excuses_a_suite_where_the_baseline_has_no_skill():
     assert v["mean_higher"] is True and v["passes"] is False
     del suites["lost"]
     assert verdict(suites, mean, "base", "cand")["passes"] is True
+    partial = {**mean, "missing": ["agnews"]}  # a mean over some suites decides nothing...
+    assert verdict(suites, partial, "base", "cand")["passes"] is None
+    suites["lost"] = suite(-0.01, 0.01)  # ...but a worse suite fails the clauses without it
+    assert verdict(suites, partial, "base", "cand")["passes"] is False
 
 
 def test_runs_sharing_no_record_are_refused():

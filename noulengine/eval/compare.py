@@ -308,8 +308,9 @@ def verdict(suites: dict, mean: dict | None, baseline: str, candidate: str) -> d
     * ``below_chance``: suites where the candidate's interval against chance lies entirely below
       zero;
     * ``mean_higher``: the candidate's mean is higher than the baseline's (None without a mean);
-    * ``passes``: no ``worse``, no ``below_chance`` and ``mean_higher``; None (not decided) without a
-      mean, or when the mean lacks some of its collection's suites.
+    * ``passes``: no ``worse``, no ``below_chance`` and ``mean_higher``; False as soon as one suite
+      is worse or under chance (whatever the mean); otherwise None (not decided) without a mean, or
+      when the mean lacks some of its collection's suites.
 
     The clauses cover every suite compared: give ``--suite`` (or runs of only those suites) to
     apply them to the rule's suites alone.
@@ -326,8 +327,9 @@ def verdict(suites: dict, mean: dict | None, baseline: str, candidate: str) -> d
     higher = None if mean is None else mean["runs"][candidate]["accuracy"] > mean["runs"][baseline]["accuracy"]
     # a mean over only some of the collection's suites decides nothing (the rule names the seven)
     decided = higher is not None and not mean.get("missing")
+    passes = False if (worse or below) else (bool(higher) if decided else None)
     return {"worse": worse, "worse_excused": excused, "better": better, "below_chance": below,
-            "mean_higher": higher, "passes": (not worse and not below and higher) if decided else None}
+            "mean_higher": higher, "passes": passes}
 
 
 def _pct(x) -> str:
