@@ -110,6 +110,11 @@ def _by_name(results: dict | None, spec: str, label: str):
     raise EvidenceError(f"no entry for the {label} model {spec!r} (has {', '.join(results)})")
 
 
+def _interval(d: dict) -> str:
+    """A difference ``{"value", "low", "high"}`` (fractions) as ``-3.8 points [-6.3, -1.2]``."""
+    return f"{100 * d['value']:+.1f} points [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+
+
 def clauses(folder: Path, baseline: str, candidate: str, baseline_model: str, candidate_model: str) -> list[dict]:
     """Every clause as ``{"clause", "status": "pass"|"fail"|"not measured", "evidence"}``."""
     out = []
@@ -138,18 +143,20 @@ def clauses(folder: Path, baseline: str, candidate: str, baseline_model: str, ca
         worse, under = v["worse"], v["below_chance"]
         excused = (f" (excused, the baseline at chance there: {', '.join(v['worse_excused'])})"
                    if v["worse_excused"] else "")
-        if worse:
-            add(suites_clause, "fail", "worse on " + ", ".join(worse) + excused)
+        if worse:  # each with its paired interval, and the baseline's skill there (why it is not excused)
+            add(suites_clause, "fail", "worse on " + "; ".join(
+                f"{x} {_interval(compare['suites'][x]['runs'][candidate]['diff'])} (the baseline above chance "
+                f"there: {_interval(compare['suites'][x]['runs'][baseline]['above_chance'])})" for x in worse) + excused)
         else:
             add(suites_clause, "not measured" if partial else "pass", (partial or "none worse") + excused)
         m = compare.get("mean") or {}
         diff = ((m.get("runs") or {}).get(candidate) or {}).get("diff")
-        shown = (f"mean difference {100 * diff['value']:+.1f} points [{100 * diff['low']:+.1f}, "
-                 f"{100 * diff['high']:+.1f}]") if diff else "no mean"
+        shown = f"mean difference {_interval(diff)}" if diff else "no mean"
         if m.get("missing"):
             shown += f" (over {len(m.get('suites', []))} suites; missing {', '.join(m['missing'])})"
         if under:  # a suite under chance fails whatever the mean says
-            add(mean_clause, "fail", shown + f"; under chance on {', '.join(under)}")
+            add(mean_clause, "fail", shown + "; under chance on " + "; ".join(
+                f"{x} {_interval(compare['suites'][x]['runs'][candidate]['above_chance'])}" for x in under))
         elif v["mean_higher"] is None or m.get("missing") or partial:
             add(mean_clause, "not measured", shown + (f"; {partial}" if partial else ""))
         else:
@@ -160,9 +167,12 @@ def clauses(folder: Path, baseline: str, candidate: str, baseline_model: str, ca
         else:
             fields = [{f["field"] for f in suite["runs"][r]["constant_fields"]} for r in (baseline, candidate)]
             new = sorted(fields[1] - fields[0])
+            shares = {f["field"]: f for f in suite["runs"][candidate]["constant_fields"]}
             add(const_clause, "fail" if new else "pass",
-                ("new: " + ", ".join(new)) if new else f"candidate {sorted(fields[1]) or 'none'}, "
-                                                        f"baseline {sorted(fields[0]) or 'none'}")
+                ("new: " + "; ".join(f"{x} = {shares[x]['answer_label']} on {shares[x]['answer_share']:.0%} of "
+                                     f"{shares[x]['n']} (gold's most common {shares[x]['gold_share']:.0%})"
+                                     for x in new)) if new
+                else f"candidate {sorted(fields[1]) or 'none'}, baseline {sorted(fields[0]) or 'none'}")
     selection = _by_name(_read(folder / "selection.json"), candidate_model, "candidate")
     if selection is None:
         add(AUC_CLAUSE, "not measured", f"no {folder / 'selection.json'}")

@@ -27,8 +27,13 @@ def _evidence(folder: Path, *, worse=(), below=(), mean_higher=True, mean_missin
               drop_suite=None) -> None:
     """The chain's files as their writers lay them out, for a candidate passing every clause unless told."""
     (folder / "compare").mkdir(parents=True)
-    const = [{"field": "needs_human", "constant": True}] if new_constant else []
-    suites = {name: {"runs": {"v2": {"constant_fields": []}, "v3": {"constant_fields": []}}}
+    const = [{"field": "needs_human", "n": 100, "answer_label": "no", "answer_share": 1.0, "gold_label": "yes",
+              "gold_share": 0.67, "constant": True}] if new_constant else []
+    suites = {name: {"runs": {"v2": {"constant_fields": [], "above_chance": _interval(0.07, 0.05, 0.09)},
+                              "v3": {"constant_fields": [], "diff": _interval(-0.04, -0.06, -0.01) if name in worse
+                                     else _interval(0.01, -0.02, 0.04),
+                                     "above_chance": _interval(-0.04, -0.07, -0.01) if name in below
+                                     else _interval(0.1, 0.05, 0.15)}}}
               for name in adoption_verdict.rule_suites() if name != drop_suite}
     suites["typed_decisions"]["runs"]["v3"]["constant_fields"] = const
     runs = []
@@ -94,6 +99,14 @@ def test_one_failing_clause_keeps_the_baseline_and_is_named(tmp_path, monkeypatc
     assert out["verdict"] == "keep the baseline"
     assert [c["clause"] for c in out["clauses"] if c["status"] == "fail"] == [
         next(c["clause"] for c in out["clauses"] if c["clause"].startswith(clause))]
+    failed = next(c for c in out["clauses"] if c["status"] == "fail")["evidence"]
+    # the failed clause carries its interval (issue #45: "say which clause failed, with its interval")
+    expected = {"worse": "toolace -4.0 points [-6.0, -1.0] (the baseline above chance there: +7.0 points [+5.0, +9.0])",
+                "below": "under chance on jevbench_hard -4.0 points [-7.0, -1.0]",
+                "new_constant": "needs_human = no on 100% of 100 (gold's most common 67%)"}
+    for key, text in expected.items():
+        if key in change:
+            assert text in failed
 
 
 def test_missing_evidence_is_undecided_never_a_pass(tmp_path, monkeypatch):
