@@ -358,7 +358,9 @@ def render_markdown(result: dict) -> str:
     lines = [f"# Comparison: {', '.join(names)} (baseline {base})", "",
              f"Accuracy per decision on the records every run answered, with its {100 * b['level']:.0f}% bootstrap "
              f"interval ({b['resamples']:,} resamples of records, seed {b['seed']}); Δ: the run minus {base} on the "
-             "same resamples, in points; **bold** where the interval excludes zero.", ""]
+             "same resamples, in points; **bold** where the interval excludes zero. decisions: those with a gold "
+             "label, accuracy's denominator (a question whose reference is only a distribution, such as 50/50, has "
+             "no accuracy, so an eval report, which counts every decision, may show a few more).", ""]
     head = ["suite", "records", "decisions", "chance", "majority", *names, *[f"Δ {n} − {base}" for n in names[1:]]]
     lines += ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
 
