@@ -228,6 +228,10 @@ def test_verdict_excuses_a_suite_where_the_baseline_has_no_skill():
     assert verdict(suites, partial, "base", "cand")["passes"] is None
     suites["lost"] = suite(-0.01, 0.01)  # ...but a worse suite fails the clauses without it
     assert verdict(suites, partial, "base", "cand")["passes"] is False
+    # under chance alone (not worse: its interval crosses zero) fails too, with a full and higher mean
+    suites["lost"] = suite(0.02, 0.01, cand_chance_high=-0.01)
+    v = verdict(suites, mean, "base", "cand")
+    assert v["worse"] == [] and v["below_chance"] == ["lost"] and v["mean_higher"] is True and v["passes"] is False
 
 
 def test_runs_sharing_no_record_are_refused():

@@ -140,9 +140,13 @@ def test_merge_refuses_what_does_not_add_up(run_main, tmp_path, capsys):
     idle = {**resumed, "throughput": {**last["throughput"], "requests": 0}}
     (w1 / "run.json").write_text(json.dumps({**run, "git_revision": "0123abc",
                                              "invocations": run["invocations"] + [idle]}))
+    w0_json = out / "worker-0" / "run.json"
+    run0 = json.loads(w0_json.read_text())  # worker 0 too, so the merged metadata cannot borrow its top level
+    w0_json.write_text(json.dumps({**run0, "git_revision": "0123abc", "invocations": run0["invocations"] + [idle]}))
     assert run_main(["--merge", "--workers", "2", "--output", str(out)]) == 0
     capsys.readouterr()
-    assert json.loads((out / "run.json").read_text())["git_revision"] == run["git_revision"]
+    assert json.loads((out / "run.json").read_text())["git_revision"] == run["git_revision"] != "0123abc"
+    w0_json.write_text(json.dumps(run0))
     invocations = [{**i, "git_revision": "0123abc"} for i in run["invocations"]]
     (w1 / "run.json").write_text(json.dumps({**run, "git_revision": "0123abc", "invocations": invocations}))
     assert "code revision" in merge_error()
@@ -191,3 +195,70 @@ def test_resuming_a_worker_under_another_revision_warns_before_running(run_main,
     assert run_main(argv) == 0  # nothing left to predict: it runs, and says what a merge will need
     err = capsys.readouterr().err
     assert "worker 1's rows on disk were predicted under 0123abc" in err and "git worktree add --detach DIR 0123abc" in err
+
+
+def test_prediction_revisions_count_only_invocations_that_predicted():
+    from noulengine.eval.merge import prediction_revisions
+
+    def inv(rev, requests):
+        return {"git_revision": rev, "throughput": {"requests": requests}}
+
+    assert prediction_revisions({"git_revision": "b", "invocations": [inv("a", 5), inv("b", 0)]}) == {"a"}
+    assert prediction_revisions({"git_revision": "b", "invocations": [inv("a", 0), inv("b", 0)]}) == set()  # empty share
+    assert prediction_revisions({"git_revision": "b", "invocations": [inv("a", 5), {"git_revision": "b"}]}) == {"a", "b"}
+    assert prediction_revisions({"git_revision": "a", "throughput": {"requests": 3}}) == {"a"}  # the older layout
+
+
+def test_a_worker_with_an_empty_share_merges_whatever_code_reran_it(tmp_path, capsys):
+    from noulengine.eval.merge import ShardMergeError, load_worker_runs
+
+    def worker(r, invocations):
+        d = tmp_path / f"worker-{r}"
+        d.mkdir()
+        (d / "run_key.json").write_text(json.dumps({"workers": 2, "worker": r}))
+        (d / "run.json").write_text(json.dumps({"status": "finished", "git_revision": invocations[-1][0],
+                                                "invocations": [{"git_revision": g, "status": "finished",
+                                                                 "throughput": {"requests": n}}
+                                                                for g, n in invocations]}))
+        (d / "predictions.jsonl").write_text("")
+
+    worker(0, [("X", 3)])
+    worker(1, [("X", 0), ("Y", 0)])  # nothing in its share: its re-run under Y predicted nothing
+    assert [r["worker"] for r in load_worker_runs(tmp_path, 2)] == [0, 1]
+    (tmp_path / "worker-1" / "run.json").write_text(json.dumps({"status": "finished", "git_revision": "Y",
+                                                                "invocations": [{"git_revision": "Y", "status": "finished",
+                                                                                 "throughput": {"requests": 2}}]}))
+    with pytest.raises(ShardMergeError, match="worker 0 predicted under 'X', worker 1 under 'Y'"):
+        load_worker_runs(tmp_path, 2)
+
+
+@pytest.mark.parametrize("on_disk, advice", [
+    (["0123abc"], "git worktree add --detach DIR 0123abc"),
+    (["0123abc", "4567def"], "refuses this worker already"),
+    (["0123abc-dirty-aaaaaaaaaaaa"], "cannot be checked out again"),
+    ([None], "cannot be checked out again"),
+])
+def test_the_revision_warning_gives_advice_that_works(tmp_path, capsys, on_disk, advice):
+    from noulengine.eval.__main__ import _warn_revision_change
+
+    invocations = [{"git_revision": g, "status": "finished", "throughput": {"requests": 1}} for g in on_disk]
+    (tmp_path / "run.json").write_text(json.dumps({"status": "finished", "invocations": invocations}))
+    (tmp_path / "predictions.jsonl").write_text("".join(json.dumps({"suite": "s", "row": i}) + "\n"
+                                                        for i in range(len(on_disk))))
+    _warn_revision_change(tmp_path, 1, "fffffff")
+    err = capsys.readouterr().err
+    assert "worker 1's rows on disk were predicted under" in err and advice in err
+    if len(on_disk) > 1 or "dirty" in str(on_disk[0]) or on_disk[0] is None:
+        assert "worktree" not in err
+
+
+def test_the_revision_warning_counts_a_killed_invocations_rows(tmp_path, capsys):
+    from noulengine.eval.__main__ import _warn_revision_change
+
+    # run.json is written as an invocation starts (0 requests); a kill after its first batch leaves rows on disk
+    invocations = [{"git_revision": "X", "status": "finished", "throughput": {"requests": 2}},
+                   {"git_revision": "Y", "status": "running", "throughput": {"requests": 0}}]
+    (tmp_path / "run.json").write_text(json.dumps({"status": "running", "invocations": invocations}))
+    (tmp_path / "predictions.jsonl").write_text("".join(json.dumps({"suite": "s", "row": i}) + "\n" for i in range(5)))
+    _warn_revision_change(tmp_path, 0, "X")
+    assert "refuses this worker already" in capsys.readouterr().err  # X and Y both predicted rows

@@ -203,19 +203,36 @@ def _warn_revision_change(out: Path, worker: int, revision: str | None) -> None:
     """Warn, before any row runs, when a shard worker resumes under another code revision than the
     one that predicted its rows on disk: should it predict a row, ``--merge`` refuses the worker
     (rows of two revisions), so the hours spent would be lost. A worker already complete predicts
-    nothing and merges fine, hence a warning, not a refusal."""
+    nothing and merges fine, hence a warning, not a refusal. A killed invocation's rows are
+    credited to it first (as the invocation log does), so its revision counts."""
     from noulengine.eval.merge import prediction_revisions
+    from noulengine.eval.run_state import _reconcile, previous_invocations
+    from noulengine.eval.runner import read_predictions
 
     try:
-        earlier = prediction_revisions(json.loads((out / "run.json").read_text()))
+        run = json.loads((out / "run.json").read_text())
+        if not isinstance(run, dict):
+            return  # not a run.json of this tool: the invocation log reports it
+        invocations = previous_invocations(run)
+        _reconcile(invocations, len(read_predictions(out / "predictions.jsonl", repair=False)))
     except (OSError, ValueError):
         return  # an unreadable run.json is reported by the invocation log itself
-    if earlier and earlier != {revision}:
-        was = ", ".join(sorted(map(str, earlier)))
-        print(f"warning: worker {worker}'s rows on disk were predicted under {was}; this checkout is {revision}. "
-              f"If this invocation predicts any row, --merge will refuse the worker (two revisions). To finish it "
-              f"under one revision: git worktree add --detach DIR {was.split('-dirty')[0]}, then run this command "
-              f"from DIR with --output naming the same folder.", file=sys.stderr)
+    earlier = prediction_revisions({**run, "invocations": invocations})
+    if not earlier or earlier == {revision}:
+        return
+    was = ", ".join(sorted(map(str, earlier)))
+    head = f"warning: worker {worker}'s rows on disk were predicted under {was}; this checkout is {revision}. "
+    single = next(iter(earlier))
+    if len(earlier) > 1:
+        tail = "--merge refuses this worker already (rows of several revisions): rerun it from scratch."
+    elif single is None or "-dirty-" in single:
+        tail = (f"If this invocation predicts any row, --merge will refuse the worker, and {single} cannot be "
+                "checked out again (uncommitted changes, or no git): rerun the worker from scratch.")
+    else:
+        tail = (f"If this invocation predicts any row, --merge will refuse the worker (two revisions). To finish "
+                f"it under one revision: git worktree add --detach DIR {single}, then run this command from DIR "
+                "with --output naming the same folder.")
+    print(head + tail, file=sys.stderr)
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

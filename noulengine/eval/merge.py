@@ -30,6 +30,9 @@ class ShardMergeError(NoulEngineError):
     """Worker runs that cannot be merged (names the worker and what differs or is missing)."""
 
 
+_NO_ROWS = object()  # a worker's revision when it predicted no row (an empty share)
+
+
 def _read_json(path: Path, worker: int) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -74,15 +77,17 @@ def load_worker_runs(output: str | Path, workers: int) -> list[dict]:
         if len(revisions) > 1:
             raise ShardMergeError(f"worker {run['worker']} ran under several code revisions ({sorted(map(str, revisions))}); "
                                   "rerun it from scratch under one revision")
-        run["revision"] = next(iter(revisions))
+        run["revision"] = next(iter(revisions)) if revisions else _NO_ROWS  # an empty share predicts nothing
     first = runs[0]
+    predicted = [run for run in runs if run["revision"] is not _NO_ROWS]
+    ref = predicted[0] if predicted else None  # the rows' code: one revision across the workers that predicted
     for other in runs[1:]:
         # resolved settings; the calibration by its sha256 (workers may hold the file at other paths)
         diff = key_differences(first["key"], other["key"], fields=SHARED_KEY_FIELDS,
                                names=("worker 0", f"worker {other['worker']} has"))
-        if first["revision"] != other["revision"]:
-            diff.append(f"code revision: worker 0 predicted under {first['revision']!r}, worker {other['worker']} "
-                        f"under {other['revision']!r}")
+        if other["revision"] is not _NO_ROWS and ref is not None and other["revision"] != ref["revision"]:
+            diff.append(f"code revision: worker {ref['worker']} predicted under {ref['revision']!r}, worker "
+                        f"{other['worker']} under {other['revision']!r}")
         if first["run"].get("suite_sha256") != other["run"].get("suite_sha256"):
             diff.append(f"suite sha256 pins: worker 0 has {first['run'].get('suite_sha256')!r}, worker "
                         f"{other['worker']} has {other['run'].get('suite_sha256')!r}")
@@ -96,21 +101,25 @@ def prediction_revisions(run: dict) -> set:
 
     An invocation that predicted nothing (every row of its share was already on disk: a chain
     that re-runs a finished worker after a new commit) changed no prediction, so its revision does
-    not count. An invocation without a throughput record (killed before it wrote one) may have
-    predicted rows and counts. A ``run.json`` without invocations (an older layout) is described by
-    its top-level ``git_revision``.
+    not count. An invocation whose record has no request count (a hand-edited file) counts, to be
+    safe. A ``run.json`` without invocations (an older layout) is described by its top-level
+    ``git_revision``.
 
     Args:
-        run: a worker's parsed ``run.json``.
+        run: a worker's parsed ``run.json`` (its invocations as recorded; a killed invocation's rows
+            are credited to it by :class:`~noulengine.eval.run_state.InvocationLog` on the next run,
+            see :func:`~noulengine.eval.run_state.previous_invocations`).
 
     Returns:
-        A non-empty set of revision strings (``None`` where git was not available).
+        A set of revision strings (``None`` where git was not available); empty when the worker
+        predicted no row at all (an empty share, or re-runs of one).
     """
-    invocations = run.get("invocations") or []
+    invocations = run.get("invocations")
+    if not isinstance(invocations, list):
+        return {run.get("git_revision")}
     predicting = [inv for inv in invocations if ((inv.get("throughput") or {}).get("requests") is None
                                                  or inv["throughput"]["requests"] > 0)]
-    revisions = {inv.get("git_revision") for inv in predicting}
-    return revisions or {run.get("git_revision")}
+    return {inv.get("git_revision") for inv in predicting}
 
 
 def _read_worker_predictions(d: Path, worker: int) -> dict:
@@ -197,7 +206,9 @@ def merge_runs(output: str | Path, workers: int, *, source: str | None = None, p
     first = runs[0]["run"]
     invocations = [{**inv, "worker": run["worker"]} for run in runs for inv in run["run"].get("invocations") or []]
     meta = {k: first.get(k) for k in ("suite", "git_revision", "engine", "versions", "selection", "suite_sha256")}
-    meta["git_revision"] = runs[0]["revision"]  # the revision that predicted the rows (checked equal above)
+    predicted = [run["revision"] for run in runs if run["revision"] is not _NO_ROWS]
+    if predicted:  # the revision that predicted the rows (checked equal above)
+        meta["git_revision"] = predicted[0]
     if first.get("probe") is not None:
         meta["probe"] = first["probe"]
     selection = {k: v for k, v in (first.get("selection") or {}).items() if k not in ("worker", "workers")}
