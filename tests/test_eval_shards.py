@@ -232,6 +232,15 @@ def test_a_worker_with_an_empty_share_merges_whatever_code_reran_it(tmp_path, ca
         load_worker_runs(tmp_path, 2)
 
 
+def _previous(folder):
+    """The earlier invocations as a resuming eval reads them (the invocation log, rows on disk credited)."""
+    from noulengine.eval.run_state import InvocationLog
+    from noulengine.eval.runner import read_predictions
+
+    rows = len(read_predictions(folder / "predictions.jsonl", repair=False))
+    return InvocationLog(folder / "run.json", {}, {"git_revision": "now"}, rows_on_disk=rows).previous
+
+
 @pytest.mark.parametrize("on_disk, advice", [
     (["0123abc"], "git worktree add --detach DIR 0123abc"),
     (["0123abc", "4567def"], "refuses this worker already"),
@@ -245,7 +254,7 @@ def test_the_revision_warning_gives_advice_that_works(tmp_path, capsys, on_disk,
     (tmp_path / "run.json").write_text(json.dumps({"status": "finished", "invocations": invocations}))
     (tmp_path / "predictions.jsonl").write_text("".join(json.dumps({"suite": "s", "row": i}) + "\n"
                                                         for i in range(len(on_disk))))
-    _warn_revision_change(tmp_path, 1, "fffffff")
+    _warn_revision_change(1, "fffffff", _previous(tmp_path))
     err = capsys.readouterr().err
     assert "worker 1's rows on disk were predicted under" in err and advice in err
     if len(on_disk) > 1 or "dirty" in str(on_disk[0]) or on_disk[0] is None:
@@ -260,5 +269,5 @@ def test_the_revision_warning_counts_a_killed_invocations_rows(tmp_path, capsys)
                    {"git_revision": "Y", "status": "running", "throughput": {"requests": 0}}]
     (tmp_path / "run.json").write_text(json.dumps({"status": "running", "invocations": invocations}))
     (tmp_path / "predictions.jsonl").write_text("".join(json.dumps({"suite": "s", "row": i}) + "\n" for i in range(5)))
-    _warn_revision_change(tmp_path, 0, "X")
+    _warn_revision_change(0, "X", _previous(tmp_path))
     assert "refuses this worker already" in capsys.readouterr().err  # X and Y both predicted rows

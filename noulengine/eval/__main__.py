@@ -199,25 +199,21 @@ def _merge(args) -> int:
         return EXIT_WRITE_ERROR
 
 
-def _warn_revision_change(out: Path, worker: int, revision: str | None) -> None:
+def _warn_revision_change(worker: int, revision: str | None, previous: list[dict]) -> None:
     """Warn, before any row runs, when a shard worker resumes under another code revision than the
     one that predicted its rows on disk: should it predict a row, ``--merge`` refuses the worker
     (rows of two revisions), so the hours spent would be lost. A worker already complete predicts
-    nothing and merges fine, hence a warning, not a refusal. A killed invocation's rows are
-    credited to it first (as the invocation log does), so its revision counts."""
-    from noulengine.eval.merge import prediction_revisions
-    from noulengine.eval.run_state import _reconcile, previous_invocations
-    from noulengine.eval.runner import read_predictions
+    nothing and merges fine, hence a warning, not a refusal.
 
-    try:
-        run = json.loads((out / "run.json").read_text())
-        if not isinstance(run, dict):
-            return  # not a run.json of this tool: the invocation log reports it
-        invocations = previous_invocations(run)
-        _reconcile(invocations, len(read_predictions(out / "predictions.jsonl", repair=False)))
-    except (OSError, ValueError):
-        return  # an unreadable run.json is reported by the invocation log itself
-    earlier = prediction_revisions({**run, "invocations": invocations})
+    Args:
+        worker: the shard worker's number.
+        revision: this checkout's revision (:func:`~noulengine.eval.report.git_revision`).
+        previous: the earlier invocations as :class:`~noulengine.eval.run_state.InvocationLog`
+            reads them (``log.previous``: a killed invocation's rows already credited to it).
+    """
+    from noulengine.eval.merge import prediction_revisions
+
+    earlier = prediction_revisions({"invocations": previous})
     if not earlier or earlier == {revision}:
         return
     was = ", ".join(sorted(map(str, earlier)))
@@ -327,8 +323,6 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             print(f"error: {out} holds predictions of a different run ({'; '.join(diff)}); use another --output",
                   file=sys.stderr)
             return 2
-        if args.workers is not None and (out / "run.json").is_file():
-            _warn_revision_change(out, args.worker, revision)
     from noulengine.writes import EXIT_WRITE_ERROR, OutputWriteError, write_text_atomic
 
     try:
@@ -362,6 +356,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     log = InvocationLog(out / "run.json", meta, {"started": started, "git_revision": revision, "model_load_s": load_s,
                                                  "threads": threads.get("threads")},
                         rows_on_disk=len(read_predictions(out / "predictions.jsonl", repair=False)))
+    if args.workers is not None:
+        _warn_revision_change(args.worker, revision, log.previous)
     try:
         log.update([], force=True)
     except OutputWriteError as exc:

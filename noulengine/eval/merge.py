@@ -79,8 +79,7 @@ def load_worker_runs(output: str | Path, workers: int) -> list[dict]:
                                   "rerun it from scratch under one revision")
         run["revision"] = next(iter(revisions)) if revisions else _NO_ROWS  # an empty share predicts nothing
     first = runs[0]
-    predicted = [run for run in runs if run["revision"] is not _NO_ROWS]
-    ref = predicted[0] if predicted else None  # the rows' code: one revision across the workers that predicted
+    ref = _first_predicting(runs)  # the rows' code: one revision across the workers that predicted
     for other in runs[1:]:
         # resolved settings; the calibration by its sha256 (workers may hold the file at other paths)
         diff = key_differences(first["key"], other["key"], fields=SHARED_KEY_FIELDS,
@@ -94,6 +93,11 @@ def load_worker_runs(output: str | Path, workers: int) -> list[dict]:
         if diff:
             raise ShardMergeError(f"worker {other['worker']} ran another evaluation than worker 0: " + "; ".join(diff))
     return runs
+
+
+def _first_predicting(runs: list[dict]) -> dict | None:
+    """The first worker (of :func:`load_worker_runs`) that predicted any row, or None."""
+    return next((run for run in runs if run["revision"] is not _NO_ROWS), None)
 
 
 def prediction_revisions(run: dict) -> set:
@@ -206,9 +210,9 @@ def merge_runs(output: str | Path, workers: int, *, source: str | None = None, p
     first = runs[0]["run"]
     invocations = [{**inv, "worker": run["worker"]} for run in runs for inv in run["run"].get("invocations") or []]
     meta = {k: first.get(k) for k in ("suite", "git_revision", "engine", "versions", "selection", "suite_sha256")}
-    predicted = [run["revision"] for run in runs if run["revision"] is not _NO_ROWS]
-    if predicted:  # the revision that predicted the rows (checked equal above)
-        meta["git_revision"] = predicted[0]
+    ref = _first_predicting(runs)
+    if ref is not None:  # the revision that predicted the rows (checked equal on load)
+        meta["git_revision"] = ref["revision"]
     if first.get("probe") is not None:
         meta["probe"] = first["probe"]
     selection = {k: v for k, v in (first.get("selection") or {}).items() if k not in ("worker", "workers")}
