@@ -152,25 +152,34 @@ def _engine_kwargs(args: argparse.Namespace) -> tuple[str | None, dict]:
     return kwargs.pop("model", None), kwargs
 
 
-def engine_from_args(args: argparse.Namespace):
-    """Build an :class:`~noulengine.Engine` from parsed engine flags.
+def engine_from_args(args: argparse.Namespace, *, adapters: dict[str, str] | None = None,
+                     unmerged: bool | None = None):
+    """Build an :class:`~noulengine.Engine` from parsed engine flags, with ``--adapter`` folders
+    (``adapters``, from :func:`adapter_specs`) served unmerged beside it.
 
-    A ``--model`` that names nothing loadable ends the command with exit status 2 and a one-line
-    error (no traceback).
+    A trained ``--model`` (the default included) is loaded unmerged when adapters are named or
+    ``unmerged`` is set, so they join its base (:meth:`Engine.from_pretrained`). A ``--model`` that
+    names nothing loadable, or an adapter that cannot join it (checked before the model loads where
+    its folder tells), ends the command with exit status 2 and a one-line error (no traceback).
     """
     from noulengine.engine.engine import Engine
+    from noulengine.engine.lora import AdapterError
     from noulengine.models.loading import ModelNotFoundError
 
     model, kwargs = _engine_kwargs(args)
     try:
-        return Engine.from_pretrained(model, **kwargs)
+        return Engine.from_pretrained(model, adapters=adapters or None, unmerged=unmerged, **kwargs)
     except ModelNotFoundError as exc:
         print(f"error: --model: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except AdapterError as exc:
+        print(f"error: --adapter: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
 def add_adapter_arg(parser: argparse.ArgumentParser, help_text: str) -> None:
-    """``--adapter NAME=PATH`` (repeatable): LoRA adapters served unmerged on the model (docs/adapters.md)."""
+    """``--adapter NAME=PATH`` (repeatable): LoRA adapters served unmerged on the model (docs/adapters.md);
+    PATH is a folder or a shipped decision model's name."""
     parser.add_argument("--adapter", action="append", metavar="NAME=PATH", default=None, help=help_text)
 
 
@@ -192,18 +201,6 @@ def adapter_specs(values: list[str] | None) -> dict[str, str]:
             raise SystemExit(2)
         out[name] = path
     return out
-
-
-def load_adapters(engine, specs: dict[str, str]) -> None:
-    """Load ``--adapter`` folders on ``engine``; a refused one ends the command with status 2, one line."""
-    from noulengine.engine.lora import AdapterError
-
-    for name, path in specs.items():
-        try:
-            engine.load_adapter(name, path)
-        except AdapterError as exc:
-            print(f"error: --adapter {name}={path}: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
 
 
 def add_ray_args(parser: argparse.ArgumentParser) -> None:
@@ -344,8 +341,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
         decide = lambda items: decide_requests(items, ray_config)  # noqa: E731
         chunk_size = max(1, len(lines))  # one Ray Dataset: the actors load the model once
     else:
-        engine = engine_from_args(args)
-        load_adapters(engine, adapter_specs(args.adapter))
+        engine = engine_from_args(args, adapters=adapter_specs(args.adapter))
         decide = lambda items: [d.to_dict() for d in engine.decide_batch(items, progress=None,  # noqa: E731
                                                                          escalate=escalate)]
         chunk_size = args.chunk

@@ -300,14 +300,14 @@ def test_eval_with_an_adapter_answers_every_row_with_it(tiny_llama, tiny_tokeniz
     from noulengine import cli
     from noulengine.eval.__main__ import main
 
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(copy.deepcopy(tiny_llama),
-                                                                                tiny_tokenizer))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, adapters=None, unmerged=None: Engine.from_model(
+        copy.deepcopy(tiny_llama), tiny_tokenizer, adapters=adapters))
     out = tmp_path / "run"
     args = ["--tasks", "jevbench_easy", "--limit", "3", "--no-plots", "--no-progress", "--output", str(out)]
     assert main([*args, "--adapter", f"r4={adapter_dirs['ranks4']}"]) == 0
     assert json.loads((out / "run_key.json").read_text())["adapter"] == "r4"
     merged = _merged(tiny_llama, tiny_tokenizer, adapter_dirs["ranks4"])
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: merged)
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, adapters=None, unmerged=None: merged)
     ref = tmp_path / "ref"
     assert main(["--tasks", "jevbench_easy", "--limit", "3", "--no-plots", "--no-progress", "--output", str(ref)]) == 0
     rows = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
@@ -317,7 +317,7 @@ def test_eval_with_an_adapter_answers_every_row_with_it(tiny_llama, tiny_tokeniz
             pa, pb = a["answers"][f]["probabilities"], b["answers"][f]["probabilities"]
             assert max(abs(pa[k] - pb[k]) for k in pb) <= 1e-5
     # the same folder without the adapter is another run: refused, naming the difference
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(copy.deepcopy(tiny_llama),
-                                                                                tiny_tokenizer))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, adapters=None, unmerged=None: Engine.from_model(
+        copy.deepcopy(tiny_llama), tiny_tokenizer, adapters=adapters))
     assert main(args) == 2
     assert main([*args, "--adapter", "a=x", "--adapter", "b=y"]) == 2

@@ -161,7 +161,7 @@ def test_worse_selection_nll_is_flagged_loudly(tmp_path, monkeypatch, capsys):
     assert any("selection NLL got worse" in w for w in run.data["warnings"])
     assert run.data["groups"]["global"]["fit"]["hit_bound"] is True  # all-correct rows push T to the lower bound
 
-    monkeypatch.setattr(noulengine.cli, "engine_from_args", lambda args: _FakeEngine())
+    monkeypatch.setattr(noulengine.cli, "engine_from_args", lambda args, **_: _FakeEngine())
     out = tmp_path / "cal.json"
     assert main(["--validation", str(vfile), "--output", str(out), "--no-progress", "--no-plots"]) == 3
     printed = capsys.readouterr()

@@ -73,7 +73,7 @@ def test_light_engine_choices_match_the_modules_that_define_them():
 def test_decide_state_without_questions_names_the_missing_flag(monkeypatch, capsys):
     from noulengine import cli
 
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: pytest.fail("the model must not load"))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: pytest.fail("the model must not load"))
     assert cli.main(["decide", "--state", '{"ticket": "x"}']) == 2
     assert "error: --questions is missing" in capsys.readouterr().err
     assert cli.main(["decide"]) == 2
@@ -91,7 +91,7 @@ def test_decide_input_names_the_error_rows_on_stderr(tiny_llama, tiny_tokenizer,
                               json.dumps({"id": "no-questions", "state": "s"}),
                               "{not json",
                               json.dumps({"id": "fine2", "state": "s", "questions": q})]) + "\n")
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(tiny_llama, tiny_tokenizer))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: Engine.from_model(tiny_llama, tiny_tokenizer))
     assert cli.main(["decide", "--no-progress", "--input", str(src), "--output", str(tmp_path / "o.jsonl")]) == 1
     err = capsys.readouterr().err
     assert "2 answered, 2 error rows" in err

@@ -279,7 +279,7 @@ def test_eval_reports_accuracy_with_and_without_escalation_over_thresholds(engin
 
     if not get_suite("jevbench_easy").available(None):
         pytest.skip("shared data missing")
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: engine)
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: engine)
     out = tmp_path / "run"
     argv = ["--tasks", "jevbench_easy", "--limit", "4", "--no-progress", "--no-plots", "--output", str(out),
             "--escalate-timeout", "600", "--escalate-url", llm_url, "--escalate-below", "0.3,1.0"]

@@ -43,12 +43,12 @@ def jev_only(tmp_path):
     return data
 
 
-def _no_model(args):
+def _no_model(args, **_):
     raise AssertionError("the model was loaded")
 
 
 def _tiny(tiny_llama, tiny_tokenizer):
-    return lambda args: Engine.from_model(tiny_llama, tiny_tokenizer)
+    return lambda args, **_: Engine.from_model(tiny_llama, tiny_tokenizer)
 
 
 def test_no_data_exits_2_before_the_model_loads_naming_what_goes_where(benchmarks, tmp_path, monkeypatch, capsys):
@@ -121,7 +121,7 @@ def test_runs_of_different_settings_get_their_own_default_folder(benchmarks, jev
     assert main(argv) == 0
     first = capsys.readouterr().err.split("output: ")[1].split(" ")[0]
     # the README's comparison: the same command on another model (here another readout)
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(tiny_llama, tiny_tokenizer,
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: Engine.from_model(tiny_llama, tiny_tokenizer,
                                                                                  readout="label-sequence"))
     assert main(argv) == 0  # was: rc 2, "runs/latest holds predictions of a different run"
     second = capsys.readouterr().err.split("output: ")[1].split(" ")[0]

@@ -132,7 +132,7 @@ def test_eval_command_keys_the_probe_and_prints_it(content_engine, tmp_path, mon
     from noulengine import cli
     from noulengine.eval.__main__ import main
 
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: content_engine)
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: content_engine)
     argv = ["--tasks", "agnews", "--limit", "3", "--no-progress", "--no-plots"]
     plain, probed = tmp_path / "plain", tmp_path / "probed"
     assert main(argv + ["--output", str(plain)]) == 0
@@ -183,7 +183,7 @@ def test_probe_workers_merge_into_the_single_runs_change_share(slot_engine, tmp_
     from noulengine import cli
     from noulengine.eval.__main__ import main
 
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: slot_engine)
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: slot_engine)
     argv = ["--tasks", "agnews,typed_decisions", "--limit", "5", "--probe", "reverse", "--no-progress", "--no-plots"]
     single, sharded = tmp_path / "single", tmp_path / "sharded"
     assert main(argv + ["--output", str(single)]) == 0
@@ -211,7 +211,7 @@ def test_order_sensitivity_script_wraps_two_eval_runs(tiny_llama, tiny_tokenizer
     spec = importlib.util.spec_from_file_location("order_sensitivity", REPO / "experiments" / "order_sensitivity.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: Engine.from_model(
         tiny_llama, tiny_tokenizer, readout="symbols", debias=args.debias))
     out = tmp_path / "order.json"
     assert script.main(["--suites", "agnews,jevbench_easy", "--sample", "3", "--run-dir", str(tmp_path / "runs"),

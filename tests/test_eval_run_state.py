@@ -32,7 +32,7 @@ def resolved_engine(tiny_llama, tiny_tokenizer, tmp_path, monkeypatch):
     cal = _calibration(tmp_path)
     seen = []
 
-    def fake(args):
+    def fake(args, **_):
         seen.append((args.readout, args.calibration))
         readout = "symbols" if args.readout == "auto" else args.readout
         calibration = str(cal) if args.calibration is None and readout == "symbols" else args.calibration
@@ -79,7 +79,7 @@ def test_the_same_calibration_at_another_path_is_the_same_run(resolved_engine, t
     assert main(ARGV + ["--output", str(out)]) == 0
     moved = tmp_path / "elsewhere.json"
     moved.write_bytes(cal.read_bytes())  # another checkout of the same model
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: Engine.from_model(
         tiny_llama, tiny_tokenizer, readout="symbols", calibration=str(moved)))
     assert main(ARGV + ["--output", str(out)]) == 0
 
@@ -130,7 +130,7 @@ def test_an_interrupted_invocation_keeps_its_timing_and_the_totals_count_every_r
 
     out = tmp_path / "run"
     argv = ARGV + ["--output", str(out), "--chunk", "2"]
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: _dying_engine(
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: _dying_engine(
         Engine.from_model(tiny_llama, tiny_tokenizer), after_calls=3))
     with pytest.raises(Killed):
         main(argv)
@@ -140,7 +140,7 @@ def test_an_interrupted_invocation_keeps_its_timing_and_the_totals_count_every_r
     assert run["invocations"][0]["throughput"]["inference_seconds"] > 0
     assert len((out / "predictions.jsonl").read_text().splitlines()) == 6
 
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: _dying_engine(
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: _dying_engine(
         Engine.from_model(tiny_llama, tiny_tokenizer), after_calls=0, exc=KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):  # Ctrl-C: recorded as interrupted at once
         main(argv)
@@ -148,7 +148,7 @@ def test_an_interrupted_invocation_keeps_its_timing_and_the_totals_count_every_r
     assert [i["status"] for i in run["invocations"]] == ["interrupted", "interrupted"]
     assert run["status"] == "interrupted"
 
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(tiny_llama, tiny_tokenizer))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: Engine.from_model(tiny_llama, tiny_tokenizer))
     capsys.readouterr()
     assert main(argv) == 0
     run = json.loads((out / "run.json").read_text())
@@ -164,7 +164,7 @@ def test_a_worker_whose_run_json_says_running_is_not_merged(tiny_llama, tiny_tok
     from noulengine import cli
     from noulengine.eval.__main__ import main
 
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(tiny_llama, tiny_tokenizer))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: Engine.from_model(tiny_llama, tiny_tokenizer))
     out = tmp_path / "big"
     for r in (0, 1):
         assert main(ARGV + ["--output", str(out), "--worker", str(r), "--workers", "2"]) == 0
@@ -184,7 +184,7 @@ def test_a_worker_whose_run_json_says_running_is_not_merged(tiny_llama, tiny_tok
 def test_eval_prints_a_summary_and_the_path_not_the_report(tiny_llama, tiny_tokenizer, tmp_path, monkeypatch, capsys):
     from noulengine import cli
 
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(tiny_llama, tiny_tokenizer))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: Engine.from_model(tiny_llama, tiny_tokenizer))
     out = tmp_path / "run"
     assert cli.main(["eval"] + ARGV + ["--output", str(out)]) == 0  # as `noulengine eval`
     printed = capsys.readouterr().out

@@ -104,7 +104,7 @@ def test_eval_without_matplotlib_fails_before_the_model_loads(monkeypatch, capsy
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: pytest.fail("the model must not load"))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: pytest.fail("the model must not load"))
     assert main(["--tasks", "agnews", "--limit", "1", "--output", "unused"]) == 2
     err = capsys.readouterr().err
     assert "need matplotlib" in err and "noulengine[plots]" in err and "--no-plots" in err
@@ -122,7 +122,7 @@ def test_resumed_eval_keeps_the_first_runs_timing_and_the_report_reads_right(tin
     from noulengine import cli
     from noulengine.eval.__main__ import main
 
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(tiny_llama, tiny_tokenizer))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: Engine.from_model(tiny_llama, tiny_tokenizer))
     argv = ["--tasks", "agnews,jevbench_easy", "--limit", "4", "--output", str(tmp_path), "--no-progress", "--no-plots"]
     assert main(argv) == 0
     first = json.loads((tmp_path / "run.json").read_text())["invocations"]
@@ -165,7 +165,7 @@ def test_a_run_folder_of_another_run_is_refused_naming_old_and_new(tiny_llama, t
     from noulengine import cli
     from noulengine.eval.__main__ import main
 
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(tiny_llama, tiny_tokenizer))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: Engine.from_model(tiny_llama, tiny_tokenizer))
     argv = ["--tasks", "jevbench_easy", "--output", str(tmp_path), "--no-progress", "--no-plots"]
     assert main(argv + ["--limit", "1"]) == 0
     capsys.readouterr()

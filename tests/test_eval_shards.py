@@ -38,7 +38,7 @@ def run_main(tiny_llama, tiny_tokenizer, monkeypatch):
     from noulengine.eval.__main__ import main
 
     engine = Engine.from_model(tiny_llama, tiny_tokenizer, max_batch_size=1)
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: engine)
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: engine)
     # One torch thread for single and worker runs alike: the commands otherwise give a single run
     # the cores and each of N workers its share, and a different thread count changes the float
     # reduction order (measured: up to 4.8e-7 in a candidate log-probability), not the answers' meaning.

@@ -104,7 +104,7 @@ def _cli(monkeypatch, tiny_llama, tiny_tokenizer, argv):
     from noulengine import cli
 
     loads = []
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: loads.append(1) or Engine.from_model(tiny_llama, tiny_tokenizer))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: loads.append(1) or Engine.from_model(tiny_llama, tiny_tokenizer))
     return cli.main(["decide", "--no-progress", *argv]), loads
 
 
@@ -207,7 +207,7 @@ def test_python_dash_m_noulengine_is_the_console_script():
 def test_engine_flags_are_validated_before_anything_loads(command, flag, value, words, monkeypatch, capsys):
     from noulengine import cli
 
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: pytest.fail("the model must not load"))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: pytest.fail("the model must not load"))
     with pytest.raises(SystemExit) as info:
         cli.main([command, flag, value])
     assert info.value.code == 2 and words in capsys.readouterr().err

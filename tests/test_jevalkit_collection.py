@@ -108,7 +108,7 @@ def test_sharded_run_merges_to_the_single_run(bench, data_root, tiny_llama, tiny
     from noulengine.eval.__main__ import main
 
     engine = Engine.from_model(tiny_llama, tiny_tokenizer, max_batch_size=1)
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: engine)
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: engine)
     common = ["--suite", "jevalkit-v1", "--tasks", "zh-decision-bench,decisionbench,jevalt-bench", "--limit", "4",
               "--source", str(data_root), "--no-progress", "--no-plots"]
     single, sharded = tmp_path / "single", tmp_path / "sharded"

@@ -91,7 +91,7 @@ def test_overlong_many_question_request_is_refused_with_counts_not_truncated(tin
 def test_cli_decide_answers_a_40_question_line(tiny_llama, tiny_tokenizer, monkeypatch, tmp_path):
     from noulengine import cli
 
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(tiny_llama, tiny_tokenizer))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: Engine.from_model(tiny_llama, tiny_tokenizer))
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     obj = forty_question_record()
     src.write_text(json.dumps({k: obj[k] for k in ("id", "state", "questions")}) + "\n")

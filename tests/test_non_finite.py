@@ -68,7 +68,7 @@ def test_nan_request_is_an_error_row_and_the_others_are_answered(nan_model, tiny
 def test_cli_decide_writes_an_error_row_never_nan(nan_model, tiny_tokenizer, monkeypatch, tmp_path, capsys):
     from noulengine import cli
 
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(nan_model, tiny_tokenizer))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: Engine.from_model(nan_model, tiny_tokenizer))
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text(json.dumps(GOOD) + "\n" + json.dumps(BAD) + "\n")
     assert cli.main(["decide", "--no-progress", "--input", str(src), "--output", str(dst)]) == 1

@@ -86,7 +86,7 @@ def test_eval_applies_and_records_the_threads(tiny_llama, tiny_tokenizer, tmp_pa
     from noulengine import cli
     from noulengine.eval.__main__ import main
 
-    monkeypatch.setattr(cli, "engine_from_args", lambda args: Engine.from_model(tiny_llama, tiny_tokenizer))
+    monkeypatch.setattr(cli, "engine_from_args", lambda args, **_: Engine.from_model(tiny_llama, tiny_tokenizer))
     monkeypatch.setattr(threads, "usable_cores", lambda: 2)
     torch.set_num_threads(2)
     argv = ["--tasks", "jevbench_easy", "--limit", "2", "--no-progress", "--no-plots"]

@@ -71,7 +71,7 @@ def test_a_batch_that_fails_halfway_is_cut_back_to_the_last_whole_batch(tmp_path
 
 
 def _tiny_engine(tiny_llama, tiny_tokenizer):
-    return lambda args: Engine.from_model(tiny_llama, tiny_tokenizer)
+    return lambda args, **_: Engine.from_model(tiny_llama, tiny_tokenizer)
 
 
 @needs_dev_full
@@ -173,7 +173,7 @@ def test_calibrate_and_train_on_a_full_disk_exit_74_with_one_line(tmp_path, monk
              "targets": {"decision": {"label": "a" if i % 4 else "b"}}} for i in range(60)]
     vfile = tmp_path / "v.jsonl"
     vfile.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    monkeypatch.setattr(noulengine.cli, "engine_from_args", lambda args: _FakeEngine())
+    monkeypatch.setattr(noulengine.cli, "engine_from_args", lambda args, **_: _FakeEngine())
     if FULL.is_char_device():
         _full(tmp_path / "cal.json.tmp")
         assert calibrate_main(["--validation", str(vfile), "--output", str(tmp_path / "cal.json"), "--no-progress",

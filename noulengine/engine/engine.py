@@ -61,6 +61,54 @@ class Temperatures(Protocol):
     def temperature_for(self, qtype: str, num_candidates: int) -> float: ...
 
 
+def precheck_adapters(name_or_path, adapters: dict, dtype: str | None = None) -> Path | None:
+    """Check, before any weights load, that ``adapters`` (``{name: folder or shipped name}``) can
+    join the model ``name_or_path`` (anything :meth:`Engine.from_pretrained` takes).
+
+    Returns:
+        The folder of the trained model ``name_or_path`` names (the default, a shipped name, a
+        ``noulengine train`` or ``noulengine merge`` folder), which is then served unmerged; None
+        for a base model (an embedded base, a transformers folder, a ``.gguf``).
+
+    Raises:
+        AdapterError: int8 weights (adapters need float weights: drop ``--dtype int8``); a folder
+            that is not a LoRA adapter; an adapter trained on another base than the model's (naming
+            both, and the ``--model`` that serves it).
+    """
+    from noulengine.engine.lora import ADAPTER_CONFIG
+    from noulengine.models.embedded import embedded_base
+    from noulengine.models.loading import (BASE_ALIAS, ModelNotFoundError, check_shipped_pin, default_base,
+                                           default_model_spec, is_base_name, read_training, shipped_model_dir)
+
+    spec = default_model_spec() if name_or_path is None else name_or_path
+    trained, base_sha = None, None
+    if is_base_name(spec):
+        base = default_base() if spec == BASE_ALIAS else embedded_base(spec)
+        base_sha = base.sha256 if base is not None else None
+    else:
+        folder = shipped_model_dir(spec) or Path(spec).expanduser()
+        training = read_training(folder) if folder.is_dir() else None
+        if training is not None and (folder / ADAPTER_CONFIG).is_file():
+            trained, base_sha = folder, (training.get("base_model") or {}).get("sha256")
+    if adapters and dtype == "int8":
+        raise AdapterError("adapters are served on float weights only, and --dtype int8 quantizes them: drop "
+                           "--dtype int8 to serve --adapter")
+    shown = "the default model" if name_or_path is None else f"--model {name_or_path}"
+    for name, path in adapters.items():
+        folder = shipped_model_dir(path) or Path(path).expanduser()
+        if folder.is_dir():
+            try:
+                check_shipped_pin(folder)
+            except ModelNotFoundError as exc:
+                raise AdapterError(f"adapter {name!r}: {exc}") from None
+        adapter = read_adapter(name, folder)
+        if adapter.base_sha256 and base_sha and adapter.base_sha256 != base_sha:
+            raise AdapterError(f"adapter {name!r} ({folder}) was trained on base {adapter.base_name!r} (sha256 "
+                               f"{adapter.base_sha256[:12]}…), and {shown} is on another base (sha256 "
+                               f"{base_sha[:12]}…): serve it with --model {adapter.base_name} (its base)")
+    return trained
+
+
 def _read_temperatures(config: EngineConfig, identity) -> Temperatures | None:
     """The temperatures ``config.calibration`` names, read by the model loader (which owns files
     on disk) and checked against this model's identity, readout and debias mode; None without one."""
@@ -116,6 +164,8 @@ class Engine:
             use_chat_template=self.config.use_chat_template, symbols_fallback=bool(self.config.symbols_fallback),
             layout=self.config.layout))
         self.identity = identity
+        self._base_identity = None  # set when a trained model is served unmerged (base_identity)
+        self.default_adapter: str | None = None
         self.training = None  # training.json of a trained model (set by from_pretrained)
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         self._priors: dict[tuple[int, str], torch.Tensor] = {}  # (adapter slot, question template)
@@ -143,7 +193,8 @@ class Engine:
     # -- construction -----------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, name_or_path: str | None = None, *, device: str | None = None, dtype: str | None = None,
-                        readout: str = "auto", adapters: dict | None = None, **kwargs) -> "Engine":
+                        readout: str = "auto", adapters: dict | None = None, unmerged: bool | None = None,
+                        **kwargs) -> "Engine":
         """Load a model and build an engine.
 
         Args:
@@ -159,16 +210,31 @@ class Engine:
                 readout it was trained with when ``readout`` is ``"auto"``.
             device, dtype, readout: see :class:`EngineConfig`; other :class:`EngineConfig`
                 fields as keyword arguments (``debias``, ``calibration``, ``batch_tokens``, ...).
-            adapters: ``{name: folder}`` LoRA adapters to serve unmerged on this model
-                (:meth:`load_adapter`); a request picks one with ``"adapter": name``. Load the base
-                they were trained on (``"SmolLM2-135M-Instruct"``), not a model with an adapter
-                merged in.
+            adapters: ``{name: folder or shipped model name}`` LoRA adapters to serve unmerged on
+                this model (:meth:`load_adapter`); a request picks one with ``"adapter": name``.
+                When ``name_or_path`` is itself a trained model (the default, a shipped name, a
+                ``noulengine train`` or ``noulengine merge`` folder), it is loaded unmerged too:
+                its base, with its adapter as the default that answers requests naming no adapter
+                (:attr:`default_adapter`), so the named adapters join the same base.
+            unmerged: serve a trained model unmerged (as above) even with no ``adapters`` yet, so
+                adapters loaded later (a server's run-time loads) can join it; default: when
+                ``adapters`` are given. False keeps the merged model (the fastest: no low-rank term).
 
         Raises:
             noulengine.models.loading.ModelNotFoundError: nothing loadable at ``name_or_path``.
-            AdapterError: an adapter cannot be served on this model (:meth:`load_adapter`).
+            AdapterError: an adapter cannot be served on this model (:meth:`load_adapter`); one
+                that can be told from its folder alone (another base, int8) is refused before the
+                model loads, naming the flag that works.
         """
         from noulengine.models.loading import load_model
+
+        if unmerged is None:
+            unmerged = bool(adapters)
+        if adapters or unmerged:
+            trained = precheck_adapters(name_or_path, adapters or {}, dtype)
+            if trained is not None and unmerged:
+                return cls._from_pretrained_unmerged(name_or_path, trained, adapters or {}, device=device, dtype=dtype,
+                                                     readout=readout, **kwargs)
 
         dev = pick_device(device)
         torch_dtype = pick_dtype(dtype, dev)
@@ -209,6 +275,48 @@ class Engine:
         return engine
 
     @classmethod
+    def _from_pretrained_unmerged(cls, name_or_path, folder: Path, adapters: dict, *, device, dtype, readout,
+                                  **kwargs) -> "Engine":
+        """A trained model served unmerged: its base, its adapter loaded as the default slot (rows
+        that name no adapter), then ``adapters``. Answers equal the merged model's within float
+        rounding (``tests/test_adapters.py``); the identity, readout, layout and temperatures are the
+        trained model's, as :func:`~noulengine.models.loading.load_model` would give them."""
+        from noulengine.models.loading import adapter_identity, load_temperatures, read_training
+
+        training = read_training(folder)
+        base_spec = (training.get("base_model") or {}).get("spec")
+        if readout == "auto" and training.get("readout"):
+            readout = training["readout"]
+            if kwargs.get("symbols_fallback") is None:
+                kwargs["symbols_fallback"] = True
+        if kwargs.get("layout") in (None, "auto"):
+            kwargs["layout"] = training.get("layout") or layout_of_prompt_version(training.get("prompt_version"))
+        calibration = kwargs.pop("calibration", None)
+        engine = cls.from_pretrained(base_spec, device=device, dtype=dtype, readout=readout, calibration="none",
+                                     **kwargs)
+        name = training.get("name") or folder.name
+        engine.load_adapter(name, folder, strict_calibration=False)
+        slot = engine.adapters.slots[name]
+        engine.adapters.default_slot = slot
+        engine.default_adapter = name
+        engine._base_identity = engine.identity
+        engine.identity = adapter_identity(folder, engine.base_identity, training)
+        engine.training = training
+        engine.config.model = None if name_or_path is None else str(name_or_path)
+        if calibration == "none":
+            engine._adapter_temperatures[slot] = None
+        elif calibration is not None:  # a file the user named: fitted for this model, readout and layout
+            engine._adapter_temperatures[slot] = load_temperatures(
+                calibration, identity=engine.identity, readout=engine.config.readout, debias=engine.config.debias,
+                layout=engine.compiler.layout)
+        engine.calibration = engine._adapter_temperatures[slot]
+        engine.config.calibration = (calibration if calibration not in (None, "none") else
+                                     engine.adapters.adapters[name].calibration_path if engine.calibration else None)
+        for adapter_name, path in adapters.items():
+            engine.load_adapter(adapter_name, path)
+        return engine
+
+    @classmethod
     def from_model(cls, model, tokenizer, *, processor=None, adapters: dict | None = None, **kwargs) -> "Engine":
         """Wrap an already loaded transformers causal LM and its tokenizer.
 
@@ -233,7 +341,14 @@ class Engine:
         return engine
 
     # -- adapters ---------------------------------------------------------------------------
-    def load_adapter(self, name: str, path) -> None:
+    @property
+    def base_identity(self):
+        """The identity of the weights in memory, which an adapter must have been trained on: the
+        model's own, or its base's when a trained model is served unmerged (:attr:`identity` is
+        then the trained model's, what requests naming no adapter get)."""
+        return self._base_identity if self._base_identity is not None else self.identity
+
+    def load_adapter(self, name: str, path, *, strict_calibration: bool = True) -> None:
         """Serve the LoRA adapter in folder ``path`` as ``name``, unmerged, beside the model.
 
         The folder is one written by ``noulengine train`` (its ``calibration.json`` then applies to
@@ -243,10 +358,15 @@ class Engine:
         low-rank term from its own adapter (:mod:`noulengine.engine.lora`); their prefixes are
         cached under the adapter, never shared with another.
 
+        ``strict_calibration=False`` serves the adapter without temperatures when its calibration
+        file was fitted for another readout, debias mode or layout (what a merged model's own file
+        gets from :meth:`from_pretrained`) instead of refusing it.
+
         Raises:
             AdapterError: the name is taken or blank; the folder is not a LoRA adapter; it was trained
                 on another base (naming both), with another readout or prompt layout than this
-                engine reads, or its calibration file was fitted otherwise; a module it adapts is
+                engine reads, or its calibration file was fitted otherwise (``strict_calibration``);
+                a module it adapts is
                 missing or shaped differently here; the model is quantized or a vision-language model.
         """
         from noulengine.models.loading import (ModelNotFoundError, adapter_identity, check_shipped_pin,
@@ -264,7 +384,7 @@ class Engine:
             except ModelNotFoundError as exc:
                 raise AdapterError(f"adapter {name!r}: {exc}") from None
         adapter = read_adapter(name, path)
-        ident = self.identity
+        ident = self.base_identity
         if adapter.base_sha256 and ident is not None and adapter.base_sha256 != ident.sha256:
             raise AdapterError(f"adapter {name!r} ({adapter.path}) was trained on base {adapter.base_name!r} (sha256 "
                                f"{adapter.base_sha256[:12]}…), but this engine's model is {ident.name!r} (sha256 "
@@ -289,7 +409,9 @@ class Engine:
                         raise AdapterError(f"its calibration file was fitted for readout, debias, layout {fitted}, "
                                            f"this engine runs {(self.config.readout, self.config.debias, self.compiler.layout)}")
             except (NoulEngineError, ValueError, OSError) as exc:  # the calibration file's own error
-                raise AdapterError(f"adapter {name!r}: {exc}") from None
+                if strict_calibration:
+                    raise AdapterError(f"adapter {name!r}: {exc}") from None
+                temps = None
         slot = self.adapters.add(self.runner.model, adapter, device=self.runner.device, dtype=self.runner.dtype)
         self._adapter_temperatures[slot] = temps
 
@@ -300,6 +422,9 @@ class Engine:
         Raises:
             AdapterError: no adapter of that name is loaded.
         """
+        if name is not None and name == self.default_adapter:
+            raise AdapterError(f"adapter {name!r} is this engine's default model (it answers every request that "
+                               "names no adapter) and cannot be unloaded")
         slot = self.adapters.slot(name)
         self.adapters.remove(name)
         self._adapter_temperatures.pop(slot, None)
@@ -667,7 +792,8 @@ class Engine:
 
             self.adapters.slot(adapter)  # raises for a name not loaded
             a = self.adapters.adapters[adapter]
-            model = (adapter_identity(a.path, self.identity, a.training).to_dict() if self.identity is not None
+            base = self.base_identity
+            model = (adapter_identity(a.path, base, a.training).to_dict() if base is not None
                      else {"name": adapter, "path": str(a.path), "sha256": None})
             calibration = a.calibration_path
             trained = (a.training or {}).get("prompt_version")

@@ -220,16 +220,19 @@ class AdapterSet:
     slots: dict[str, int] = field(default_factory=dict)
     adapters: dict[str, LoraAdapter] = field(default_factory=dict)
     wrapped: dict[str, MultiLoraLinear] = field(default_factory=dict)
+    # the slot of requests that name no adapter: 0 (the base alone), or a trained model's own
+    # adapter when it is served unmerged as the default (Engine.from_pretrained(..., unmerged=True))
+    default_slot: int = 0
     _next: int = 1
 
     def slot(self, name: str | None) -> int:
-        """The slot of adapter ``name`` (0 for None: the base).
+        """The slot of adapter ``name`` (``default_slot`` for None: the base, or the default adapter).
 
         Raises:
             AdapterError: no adapter of that name is loaded (naming the loaded ones).
         """
         if name is None:
-            return 0
+            return self.default_slot
         if name not in self.slots:
             loaded = ", ".join(sorted(self.slots)) or "none"
             raise AdapterError(f"field 'adapter': no adapter named {name!r} is loaded (loaded: {loaded})")

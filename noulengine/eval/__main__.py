@@ -305,10 +305,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
                    "source": "--cpus-per-actor (each Ray actor)"}
     revision = git_revision()  # the code that runs is the code checked out now, not at the end
     t_load = time.perf_counter()
-    engine = engine_from_args(args)
-    from noulengine.cli import load_adapters
-
-    load_adapters(engine, adapter_specs)
+    engine = engine_from_args(args, adapters=adapter_specs)
     load_s = time.perf_counter() - t_load
     key = _run_key(args, engine, tasks)
     base = Path(args.output) if args.output else default_output(key)

@@ -118,13 +118,23 @@ def main(argv: list[str] | None = None) -> int:
 
     threads = cli_threads()  # NOULENGINE_THREADS, else the usable physical cores
     logging.getLogger("noulengine.serve").info("torch CPU threads: %d (%s)", threads["threads"], threads["source"])
-    engine = engine_from_args(args)
+    from noulengine.cli import adapter_specs
+    from noulengine.engine.engine import precheck_adapters
+    from noulengine.engine.lora import AdapterError
+
+    adapters = adapter_specs(args.adapter)
+    try:  # an adapter that cannot join the model is refused before the model loads
+        precheck_adapters(args.model, adapters, args.dtype)
+    except AdapterError as exc:
+        print(f"error: --adapter: {exc}", file=sys.stderr)
+        return 2
+    # a trained --model (the default too) is served unmerged when adapters can be named, so they
+    # join its base; registered (and loaded) by create_app, which tracks them
+    engine = engine_from_args(args, unmerged=bool(adapters or args.adapter_root))
     config = config_from_args(args, engine)
     if config.max_batch_tokens > engine.config.batch_tokens:
         engine.config.batch_tokens = config.max_batch_tokens
     from noulengine.serve.app import create_app
-
-    from noulengine.engine.lora import AdapterError
 
     try:
         app = create_app(engine, config)

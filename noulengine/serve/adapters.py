@@ -79,7 +79,10 @@ class AdapterRegistry:
         Raises:
             AdapterError: a bad name, a name already registered, or the engine refused the folder.
         """
+        from noulengine.models.loading import shipped_model_dir
+
         name = self._check_name(name)
+        folder = shipped_model_dir(str(folder)) or Path(folder)  # a shipped model's name is an adapter too
         with self.lock:
             if name in self.paths:
                 raise AdapterError(f"field 'name': adapter {name!r} is already registered; DELETE it first")

@@ -106,7 +106,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
     registry = AdapterRegistry(engine, root=config.adapter_root, max_loaded=config.max_loaded_adapters,
                                lock=worker.engine_lock)
     for name, folder in (config.adapters or {}).items():  # --adapter NAME=PATH: any folder the operator names
-        registry.register(name, Path(folder))
+        registry.register(name, folder)
     worker.before_batch = lambda requests: registry.ensure_loaded([r.adapter for r in requests])
     metrics.adapters = registry
     accepted_models = {config.model_name, *config.aliases}
