@@ -1,0 +1,196 @@
+"""Issue #54's chain: from the merge selection to the adoption rule's verdict on each merged candidate,
+as one resumable background job.
+
+Usage::
+
+    nohup python scripts/merge_chain.py >> runs/chain54.log 2>&1 &   # start, or continue
+    kill -TERM <its pid>        # pause: the running step keeps what it saved (eval rows so far)
+    python scripts/merge_chain.py --plan                             # what is done, what is next
+
+Steps (docs/results.md, "Merging v2 with the later adapters (issue #54)"):
+
+1. ``select``: ``scripts/merge_selection.py`` (the merges, scored on the recipe's selection rows
+   only; its rule names at most three candidates) unless ``runs/merge54/selection.json`` exists.
+2. ``calibrate``: each candidate copied to ``runs/chain54/models/<name>`` and calibrated there
+   (``noulengine calibrate`` on validation-v1's and the v6 recipe's procedural calibration rows, as
+   the recipe calibrates: a source's temperatures do not carry over to a merge).
+3. ``clauses``: the held-out yes/no, tool and scenario rows (``experiments/selection_by_kind.py``,
+   calibrated) and the README's tickets in both option orders, for v2 and every candidate.
+4. ``eval``: the full suites, v2 (by name) and each candidate, in the order that decides soonest:
+   typed_decisions (the suite the last candidate lost), then toolace and the Jevbench suites, then
+   zh-decision-bench, procedural-v1, and AG News and WildJailbreak last (the largest, where every
+   model so far is within two points). After each group: ``noulengine compare`` of v2 and each
+   candidate over every group done so far (``runs/chain54/<name>/compare``) and its verdict; a candidate whose verdict is already "keep the
+   baseline" (a clause failed, with its interval) is evaluated no further: the rule needs one
+   failed clause, and the CPU hours go to the candidates still standing.
+5. ``speed``: ``experiments/compare_models_speed.py`` for each candidate still standing (nothing
+   else of the chain runs beside it), then the final verdicts: ``runs/chain54/<name>/verdict.md``.
+
+Evaluations span sessions; their rows must all come from one code revision (``--merge`` refuses a
+worker resumed under other code), so run the chain from a pinned worktree while commits go on
+(``scripts/candidate_chain.py``'s docstring shows the commands). SIGTERM reaches the running step;
+exit 75 then, 0 when every step is done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO))
+
+from candidate_chain import EVAL_WORKERS, PY, Chain, Paused  # noqa: E402
+
+from noulengine.train.checkpoint import EXIT_RESUMABLE  # noqa: E402
+
+OUT = Path("runs/chain54")
+SELECTION = Path("runs/merge54/selection.json")
+V6_DATA = Path("runs/train-v6/data")
+BASELINE_LABEL, BASELINE = "v2", "noul-smollm2-135m-v2"
+# (group, eval flags), in the order that decides soonest
+EVALS = [
+    ("typed", ["--suite", "accuracy-v1", "--tasks", "typed_decisions", "--probe", "reverse"]),
+    ("small", ["--suite", "accuracy-v1", "--tasks", "toolace,jevbench_original,jevbench_easy,jevbench_hard",
+               "--probe", "reverse"]),
+    ("zh", ["--suite", "zh-decision-bench"]),
+    ("procedural", ["--suite", "procedural-v1", "--probe", "reverse"]),
+    ("acc-big", ["--suite", "accuracy-v1", "--tasks", "agnews,wildjailbreak"]),
+]
+
+
+def candidates(chain: Chain) -> dict[str, str]:
+    """label -> model folder (``runs/chain54/models/<label>``) of the candidates the selection chose."""
+    if not (REPO / SELECTION).is_file():
+        if chain.dry:
+            return {"<chosen>": str(OUT / "models" / "<chosen>")}
+        raise SystemExit(f"{SELECTION} missing after the select step")
+    chosen = json.loads((REPO / SELECTION).read_text())["chosen"]
+    return {name: str(OUT / "models" / name) for name in chosen.values() if name is not None}
+
+
+def source_folder(label: str) -> Path:
+    """Where grid entry ``label`` was written (a merge) or is committed (a source as it is)."""
+    import merge_selection
+
+    return REPO / merge_selection.model_path(label)
+
+
+def calibrate(chain: Chain, label: str, folder: str) -> None:
+    """Copy the candidate in (adapter, config, training.json) and fit its temperatures there."""
+    dest = REPO / folder
+    if (dest / "calibration.json").is_file():
+        return
+    if not chain.dry:
+        src = source_folder(label)
+        dest.mkdir(parents=True, exist_ok=True)
+        for f in ("adapter_config.json", "adapter_model.safetensors", "training.json"):
+            shutil.copy2(src / f, dest / f)
+    from make_validation import DEFAULT_OUT
+
+    chain.run([PY, "-m", "noulengine", "calibrate", "--validation", str(DEFAULT_OUT / "agnews.jsonl"),
+               "--validation", str(DEFAULT_OUT / "wildjailbreak.jsonl"),
+               "--validation", str(V6_DATA / "calibration_procedural.jsonl"), "--model", folder,
+               "--output", f"{folder}/calibration.json", "--no-progress"], env={"NOULENGINE_THREADS": "2"})
+
+
+def once(chain: Chain, output: Path, cmd: list[str]) -> None:
+    if (REPO / output).is_file():
+        print(f"# done: {output}", flush=True)
+        return
+    chain.run(cmd, env={"NOULENGINE_THREADS": "2"})
+
+
+def verdict_dir(label: str, speed: bool = False) -> Path:
+    """``runs/chain54/<label>/``: the files ``adoption_verdict.py`` reads, linked to the shared ones."""
+    d = REPO / OUT / label
+    d.mkdir(parents=True, exist_ok=True)
+    for name in ("selection.json", "tickets.json"):
+        link = d / name
+        if not link.is_symlink() and not link.exists():
+            link.symlink_to(Path("..") / name)
+    return d
+
+
+def verdicts(chain: Chain, models: dict[str, str]) -> dict[str, str]:
+    """Run the adoption verdict for each candidate; returns label -> verdict (``undecided`` under --plan)."""
+    out = {}
+    for label, folder in models.items():
+        d = verdict_dir(label) if not chain.dry else OUT / label
+        chain.run([PY, "scripts/adoption_verdict.py", "--dir", str(d), "--baseline", BASELINE_LABEL, "--baseline-model",
+                   BASELINE, "--candidate", label, "--candidate-model", folder], ok=(0, 1, 3))
+        got = json.loads((REPO / d / "verdict.json").read_text())["verdict"] if not chain.dry else "undecided"
+        out[label] = got
+    return out
+
+
+def steps(chain: Chain) -> None:
+    if not (REPO / SELECTION).is_file():
+        if not (REPO / V6_DATA / "data.json").is_file():
+            chain.run([PY, "scripts/train_default.py", "--steps", "data", "--mix", "v6", "--work", str(V6_DATA.parent)])
+        chain.run([PY, "scripts/merge_selection.py"], env={"NOULENGINE_THREADS": "2"})
+    models = candidates(chain)
+    for label, folder in models.items():
+        calibrate(chain, label, folder)
+    both = [f for m in (BASELINE, *models.values()) for f in ("--model", m)]
+    once(chain, OUT / "selection.json", [PY, "experiments/selection_by_kind.py", "--selection",
+                                        str(V6_DATA / "selection.jsonl"), *both, "--kinds", "noul:,tool:,scenario:",
+                                        "--output", str(OUT / "selection.json")])
+    once(chain, OUT / "tickets.json", [PY, "experiments/readme_tickets.py", *both, "--output",
+                                      str(OUT / "tickets.json")])
+    standing = {label: folder for label, folder, v in
+                ((lab, f, v) for (lab, f), v in zip(models.items(), verdicts(chain, models).values()))
+                if v != "keep the baseline"}
+    runs: dict[str, list[str]] = {label: [] for label in (BASELINE_LABEL, *models)}
+    for group, flags in EVALS:
+        if not standing:
+            break
+        for label, model in ((BASELINE_LABEL, BASELINE), *standing.items()):
+            out = OUT / "evals" / f"{label}-{group}"
+            runs[label].append(str(out))
+            workers = [[PY, "-m", "noulengine.eval", *flags, "--model", model, "--no-plots", "--no-progress",
+                        "--output", str(out), "--workers", str(EVAL_WORKERS), "--worker", str(r)]
+                       for r in range(EVAL_WORKERS)]
+            chain.run_together(workers, env={"NOULENGINE_THREADS": "1"})
+            chain.run([PY, "-m", "noulengine.eval", "--output", str(out), "--merge", "--workers", str(EVAL_WORKERS),
+                       "--no-plots"])
+        for label in standing:  # one comparison per candidate: compare keeps the suites its runs share
+            chain.run([PY, "-m", "noulengine", "compare", f"{BASELINE_LABEL}={','.join(runs[BASELINE_LABEL])}",
+                       f"{label}={','.join(runs[label])}", "--output", str(OUT / label / "compare")])
+        decided = verdicts(chain, standing)
+        for label, v in decided.items():
+            if v == "keep the baseline":
+                print(f"# {label}: a clause failed after {group}; evaluated no further (runs/chain54/{label}/"
+                      "verdict.md)", flush=True)
+                del standing[label]
+    for label, folder in standing.items():  # a timing: nothing else of the chain runs beside it
+        once(chain, OUT / label / "speed.json", [PY, "experiments/compare_models_speed.py", "--a", BASELINE,
+                                                "--b", folder, "--threads", "2", "--output",
+                                                str(OUT / label / "speed.json")])
+    verdicts(chain, models)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--plan", action="store_true", help="print the commands still to run, run nothing")
+    args = ap.parse_args(argv)
+    chain = Chain(dry=args.plan)
+    previous = signal.signal(signal.SIGTERM, chain.on_sigterm)
+    try:
+        steps(chain)
+    except Paused:
+        print(f"paused: rerun `python scripts/merge_chain.py` to continue (exit {EXIT_RESUMABLE})", flush=True)
+        return EXIT_RESUMABLE
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print("chain done: runs/chain54/<candidate>/verdict.md and compare/compare.md", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
