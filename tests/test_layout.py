@@ -90,8 +90,8 @@ def test_the_training_loop_never_imports_a_curriculum(module):
 
 
 def test_scripts_holds_what_a_user_or_ci_runs_and_experiments_the_rest():
-    """scripts/: set-up, the default model's recipe and the chain that decides its next version
-    (candidate chain, adoption verdict), doc examples, GPU check and recipe, conformance,
+    """scripts/: set-up, the default model's recipe and the chains that decide its next version
+    (candidate chain, merge selection and merge chain, adoption verdict), doc examples, GPU check and recipe, conformance,
     validation files, load test. experiments/: each a table's source in docs/, its first docstring
     (or comment) line naming that section and the command that reproduces it."""
     repo = PACKAGE.parent
@@ -100,7 +100,8 @@ def test_scripts_holds_what_a_user_or_ci_runs_and_experiments_the_rest():
 
     assert [p.name for p in files("scripts")] == [
         "adoption_verdict.py", "candidate_chain.py", "ci_serve_conformance.sh", "doc_examples.py", "gpu_check.sh", "gpu_recipe.sh", "install_model_wheel.py",
-        "load_test.py", "make_validation.py", "setup.sh", "setup_chromium.sh", "train_default.py"]
+        "load_test.py", "make_validation.py", "merge_chain.py", "merge_selection.py", "setup.sh", "setup_chromium.sh",
+        "train_default.py"]
     for path in files("experiments"):
         text = path.read_text(encoding="utf-8")
         if path.suffix == ".py":
