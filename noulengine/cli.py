@@ -1,5 +1,5 @@
 """The ``noulengine`` command line: ``decide``, ``eval``, ``score``, ``compare``, ``calibrate``, ``serve``, ``bench``,
-``train``, ``merge``.
+``train``, ``merge``, ``lm-eval``.
 
 Engine flags are generated from :class:`noulengine.engine.engine.EngineConfig`, so the CLI, the
 server and the Python API share one set of defaults.
@@ -445,6 +445,7 @@ SUBCOMMANDS = {  # verbs whose parsers live with their modules
     "bench": ("noulengine.bench.cli", "measure speed against naive baselines"),
     "train": ("noulengine.train.__main__", "fine-tune a model into a decision model"),
     "merge": ("noulengine.models.merge", "merge LoRA adapters of one base into one (linear, ties, dare_ties, svd)"),
+    "lm-eval": ("noulengine.lmeval.cli", "run lm-evaluation-harness with --model noulengine (multiple-choice tasks)"),
 }
 
 

@@ -3,6 +3,7 @@
 #   bash scripts/setup.sh          # runtime + plots (what the evaluation needs)
 #   bash scripts/setup.sh --serve  # plus the HTTP server (FastAPI + uvicorn) for `noulengine serve`
 #   bash scripts/setup.sh --bench  # plus the bench's peer variant (anyjev from PyPI)
+#   bash scripts/setup.sh --lm-eval  # plus lm-evaluation-harness, for `noulengine lm-eval` (docs/lm-eval.md)
 #   bash scripts/setup.sh --llm    # plus llama.cpp's OpenAI-compatible server, a local LLM to escalate to
 #                                  # (llama-cpp-python builds from source: ~9 min on 2 cores the first time)
 #   bash scripts/setup.sh --dev    # plus test, plot, server, peer and llm dependencies, and Chromium for the
@@ -19,9 +20,10 @@ for opt in "$@"; do
   case "$opt" in
     --serve) extras="$extras,serve" ;;
     --bench) extras="$extras,bench" ;;
+    --lm-eval) extras="$extras,lm-eval" ;;
     --llm) extras="$extras,llm" ;;
     --dev) extras="$extras,dev"; dev=1 ;;
-    *) echo "setup: unknown option ${opt} (use --serve, --bench, --llm and/or --dev)" >&2; exit 2 ;;
+    *) echo "setup: unknown option ${opt} (use --serve, --bench, --lm-eval, --llm and/or --dev)" >&2; exit 2 ;;
   esac
 done
 extras="[$extras]"
