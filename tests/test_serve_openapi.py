@@ -13,6 +13,7 @@ the server).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 
@@ -326,3 +327,103 @@ def test_schema_fuzz_no_5xx_and_answers_match_the_document(served, route):
     if method == "POST":  # both answers and refusals were checked against the document
         assert 200 in statuses and 422 in statuses, sorted(set(statuses))
         assert positive.count(200) >= 10, sorted(positive)  # the acceptance check saw real answers
+
+
+# -- the adapter endpoints under fuzz (issue #57) ---------------------------------------------------
+
+ADAPTER_FUZZ_EXAMPLES = 60
+OPERATOR_NAMED = ("v2", "v6")
+
+
+@pytest.fixture(scope="module")
+def adapter_servers(tiny_llama, tiny_tokenizer, tmp_path_factory):
+    """Two servers with the operator-named adapters v2 and v6: ``runtime`` loads at run time from a
+    root full of malformed folders (tests/test_adapter_hardening.py), hostile links and one good
+    folder; ``fixed`` has run-time loading off. Yields ``{kind: (url, schema, folder names)}``."""
+    import copy
+
+    schemathesis = pytest.importorskip("schemathesis")
+    from schemathesis.config import SchemathesisConfig
+
+    from tests.live_server import live_server
+    from tests.test_adapter_hardening import _malformed, write_adapter
+
+    root = tmp_path_factory.mktemp("adapter-root")
+    folders = list(_malformed(root))
+    write_adapter(root / "good")
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "secret.json").write_text(json.dumps({"peft_type": "SECRET"}))
+    linked = write_adapter(root / "linked-out")
+    (linked / "adapter_config.json").unlink()
+    (linked / "adapter_config.json").symlink_to(outside / "secret.json")
+    (root / "loop").symlink_to(root / "loop")
+    folders += ["good", "linked-out", "loop", "loop/x", "..", "/etc", "good\x00", "x" * 300]
+    named = {n: str(write_adapter(tmp_path_factory.mktemp("named") / n, seed=k)) for k, n in enumerate(OPERATOR_NAMED)}
+    config = SchemathesisConfig.from_dict({"checks": {
+        "positive_data_acceptance": {"expected-statuses": ["2xx", "400", "403", "404", "409", "413", "5xx"]},
+        "negative_data_rejection": {"expected-statuses": ["400", "403", "404", "405", "409", "413", "415", "422",
+                                                          "5xx"]}}})
+    servers = {}
+    with contextlib.ExitStack() as stack:
+        for kind, adapter_root in (("runtime", str(root)), ("fixed", None)):
+            engine = Engine.from_model(copy.deepcopy(tiny_llama), tiny_tokenizer)
+            url = stack.enter_context(live_server(create_app(engine, ServeConfig(
+                model_name="tiny", adapters=named, adapter_root=adapter_root))))
+            servers[kind] = (url, schemathesis.openapi.from_url(url + "/openapi.json", config=config), folders)
+        yield servers
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["runtime", "fixed"])
+@pytest.mark.parametrize("method", ["POST", "DELETE", "GET"])
+def test_schema_fuzz_of_the_adapter_endpoints_no_5xx_and_named_adapters_stay(adapter_servers, kind, method):
+    """Issue #57: a schema fuzz deleted every operator-named adapter in its first minute; NUL bytes,
+    long components, loops and malformed folders answered 500. Now no 5xx, every answer as the
+    document declares it, and, with run-time loading off, v2 and v6 are still served after."""
+    import httpx
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+    from schemathesis import GenerationMode
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.specs.openapi.checks import (content_type_conformance, negative_data_rejection,
+                                                   positive_data_acceptance, response_schema_conformance,
+                                                   status_code_conformance)
+
+    url, schema, folders = adapter_servers[kind]
+    route = "/v1/adapters/{name}" if method == "DELETE" else "/v1/adapters"
+    op = schema[route][method]
+    checks = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+    cases = st.one_of(op.as_strategy(GenerationMode.POSITIVE), op.as_strategy(GenerationMode.NEGATIVE))
+    # half the cases aimed: a POST at a folder under the root (malformed, hostile, good), a DELETE at v2/v6
+    aim = st.one_of(st.none(), st.sampled_from(folders if method == "POST" else list(OPERATOR_NAMED)))
+    statuses = []
+
+    @settings(max_examples=ADAPTER_FUZZ_EXAMPLES, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink])
+    @given(case=cases, target=aim)
+    def run(case, target):
+        aimed = target is not None
+        if aimed and method == "POST" and isinstance(case.body, dict):
+            case.body = {**case.body, "name": f"f{len(statuses)}", "path": target}
+        elif aimed and method == "DELETE":
+            case.path_parameters = {**(case.path_parameters or {}), "name": target}
+        else:
+            aimed = False
+        response = case.call(base_url=url, timeout=60)
+        statuses.append(response.status_code)
+        assert "SECRET" not in response.text
+        contract = [positive_data_acceptance, negative_data_rejection] if not aimed else []
+        case.validate_response(response, checks=checks + contract)
+
+    run()
+    assert statuses and all(s < 500 for s in statuses), sorted(set(statuses))
+    listed = {a["name"] for a in httpx.get(url + "/v1/adapters", timeout=30).json()["adapters"]}
+    if kind == "fixed":
+        assert set(OPERATOR_NAMED) <= listed
+        for name in OPERATOR_NAMED:
+            r = httpx.post(url + "/v1/decide", json={**three_question_request(), "adapter": name}, timeout=60)
+            assert r.status_code == 200 and r.json()["adapter"] == name
+    if method == "POST" and kind == "runtime":  # malformed folders refused, links out forbidden, a good one loads
+        assert 400 in statuses and 403 in statuses, sorted(set(statuses))
+        r = httpx.post(url + "/v1/adapters", json={"name": "after-fuzz", "path": "good"}, timeout=60)
+        assert r.status_code == 200, r.text

@@ -8,7 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from noulengine.serve.config import DEFAULT_MAX_QUESTIONS, ServeConfig, is_loopback, parse_max_questions
+from noulengine.serve.config import (DEFAULT_MAX_ADAPTER_BYTES, DEFAULT_MAX_LOADED, DEFAULT_MAX_QUESTIONS, ServeConfig,
+                                     is_loopback, parse_max_questions)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,9 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
                        "(/v1/decide) or \"model\" (/v1/systemone); GET /v1/adapters lists them (docs/adapters.md)")
     p.add_argument("--adapter-root", metavar="DIR", help="POST /v1/adapters may load adapter folders under DIR at "
                                                           "run time (default: off)")
-    p.add_argument("--max-loaded-adapters", type=int, metavar="N",
+    p.add_argument("--max-loaded-adapters", type=int, metavar="N", default=DEFAULT_MAX_LOADED,
                    help="adapters loaded at once at most; the least recently used is unloaded to make room and "
-                        "loaded again when named (default: no limit)")
+                        f"loaded again when named (default {DEFAULT_MAX_LOADED})")
+    p.add_argument("--max-adapter-bytes", type=int, metavar="BYTES", default=DEFAULT_MAX_ADAPTER_BYTES,
+                   help="one adapter's LoRA factors at most, in bytes as stored (read from the safetensors header "
+                        f"before the weights; larger ones are refused) (default {DEFAULT_MAX_ADAPTER_BYTES})")
     p.add_argument("--log-level", default="info")
     add_engine_args(p, skip=("batch_tokens", "media_root"))  # HTTP never reads image paths
     from noulengine.escalate.args import add_escalation_args
@@ -86,8 +90,10 @@ def config_from_args(args: argparse.Namespace, engine=None) -> ServeConfig:
     from noulengine.cli import adapter_specs
 
     adapters = adapter_specs(args.adapter)
-    if args.max_loaded_adapters is not None and args.max_loaded_adapters < 1:
-        raise SystemExit(f"error: --max-loaded-adapters must be at least 1, got {args.max_loaded_adapters}")
+    for flag, value in (("--max-loaded-adapters", args.max_loaded_adapters),
+                        ("--max-adapter-bytes", args.max_adapter_bytes)):
+        if value < 1:
+            raise SystemExit(f"error: {flag} must be at least 1, got {value}")
     if args.adapter_root is not None and not Path(args.adapter_root).is_dir():
         raise SystemExit(f"error: --adapter-root {args.adapter_root}: no such folder")
     name = args.model_name
@@ -99,7 +105,8 @@ def config_from_args(args: argparse.Namespace, engine=None) -> ServeConfig:
                        max_queue=args.max_queue, max_body_bytes=int(args.max_body_mb * 1024 * 1024),
                        body_timeout_s=args.body_timeout_s, max_questions=max_questions, escalation=escalation,
                        escalate_by_default=args.escalate_default == "on", adapters=adapters,
-                       adapter_root=args.adapter_root, max_loaded_adapters=args.max_loaded_adapters)
+                       adapter_root=args.adapter_root, max_loaded_adapters=args.max_loaded_adapters,
+                       max_adapter_bytes=args.max_adapter_bytes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,10 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("noulengine.serve").info("torch CPU threads: %d (%s)", threads["threads"], threads["source"])
     from noulengine.cli import adapter_specs
     from noulengine.engine.engine import precheck_adapters
-    from noulengine.engine.lora import AdapterError
+    from noulengine.engine.lora import AdapterError, check_adapter_folder
+    from noulengine.models.loading import shipped_model_dir
 
     adapters = adapter_specs(args.adapter)
-    try:  # an adapter that cannot join the model is refused before the model loads
+    try:  # an adapter that cannot join the model is refused before the model loads: one line, exit 2
+        for name, path in adapters.items():  # the folder, its files and the size cap, from the header
+            check_adapter_folder(name, shipped_model_dir(path) or path, max_bytes=args.max_adapter_bytes)
         precheck_adapters(args.model, adapters, args.dtype)
     except AdapterError as exc:
         print(f"error: --adapter: {exc}", file=sys.stderr)

@@ -2,9 +2,12 @@
 
 Routes: ``GET /`` (demo page), ``GET /healthz``, ``GET /metrics``, ``GET /v1/models``, ``GET /v1/limits``,
 ``POST /v1/systemone`` (Jev-compatible) and ``POST /v1/decide`` (canonical requests, engine
-output format), ``GET /openapi.json`` and ``GET /docs`` (the bodies as
+output format), ``GET``/``POST /v1/adapters`` and ``DELETE /v1/adapters/{name}`` (LoRA adapters,
+:mod:`noulengine.serve.adapters`), ``GET /openapi.json`` and ``GET /docs`` (the bodies as
 :mod:`noulengine.serve.schemas` declares them). All inference goes through one
-:class:`~noulengine.serve.worker.BatchWorker`.
+:class:`~noulengine.serve.worker.BatchWorker`. No error closes a keep-alive connection: a 405
+names every method of its path in ``Allow``, and an exception no handler takes is answered 500 by
+:class:`~noulengine.serve.responses.InternalErrorMiddleware`.
 """
 
 from __future__ import annotations
@@ -34,12 +37,13 @@ from noulengine.serve.config import ROUTES, ServeConfig
 from noulengine.serve.demo import DEMO_HTML
 from noulengine.serve.limits import BodyLimitMiddleware
 from noulengine.serve.metrics import Metrics, MetricsMiddleware
-from noulengine.serve.responses import ApiError, FiniteJSONResponse, ValidationFailure, record_error_failure
+from noulengine.serve.responses import (ApiError, FiniteJSONResponse, InternalErrorMiddleware, ValidationFailure,
+                                        record_error_failure)
 from noulengine.serve.schemas import openapi_document
 from noulengine.serve.validation import check_body, check_json_values
 from noulengine.engine.lora import AdapterError
 from noulengine.serve.adapters import NAME as ADAPTER_NAME
-from noulengine.serve.adapters import AdapterAccessError, AdapterRegistry
+from noulengine.serve.adapters import AdapterAccessError, AdapterExists, AdapterNotFound, AdapterRegistry
 from noulengine.serve.worker import BatchWorker, QueueFull
 
 log = logging.getLogger("noulengine.serve")
@@ -104,10 +108,10 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
                          max_wait_ms=config.max_wait_ms, max_queue=config.max_queue, metrics=metrics)
     # LoRA adapters (serve/adapters.py): loaded under the worker's engine lock, evicted least recently used
     registry = AdapterRegistry(engine, root=config.adapter_root, max_loaded=config.max_loaded_adapters,
-                               lock=worker.engine_lock)
+                               max_bytes=config.max_adapter_bytes, lock=worker.engine_lock)
     for name, folder in (config.adapters or {}).items():  # --adapter NAME=PATH: any folder the operator names
-        registry.register(name, folder)
-    worker.before_batch = lambda requests: registry.ensure_loaded([r.adapter for r in requests])
+        registry.register(name, folder, operator_named=True)
+    worker.adapters = registry  # each batch: split by the limit, adapters loaded, refused ones failed alone
     metrics.adapters = registry
     accepted_models = {config.model_name, *config.aliases}
     escalator = None
@@ -164,15 +168,26 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request, exc: StarletteHTTPException):
         kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:  # every method served at this path (FastAPI names only the first route's)
+            headers["Allow"] = ", ".join(allowed_methods(request.scope))
         return FiniteJSONResponse({"detail": {"error_type": kind, "message": f"{request.method} {request.url.path}: "
                                                                               f"{exc.detail}"}},
-                                  status_code=exc.status_code, headers=getattr(exc, "headers", None))
+                                  status_code=exc.status_code, headers=headers or None)
 
-    @app.exception_handler(Exception)
-    async def _internal(request, exc: Exception):
-        log.exception("internal error on %s", request.url.path)
-        return FiniteJSONResponse({"detail": {"error_type": "internal_error", "message": f"{type(exc).__name__}"}},
-                                  status_code=500)
+    def allowed_methods(scope) -> list[str]:
+        """The methods of every route whose path matches ``scope``'s (for a 405's ``Allow``)."""
+        from starlette.routing import Match
+
+        methods = set()
+        for route in app.router.routes:
+            match, _ = route.matches({**scope, "method": "\x00"})  # a method no route has: path matches only
+            if match != Match.NONE:
+                methods |= set(getattr(route, "methods", None) or ())
+        return sorted(methods)
+
+    # an exception no handler takes is answered 500 by InternalErrorMiddleware (added below), which,
+    # unlike an exception handler for Exception, does not re-raise it: the connection stays open
 
     # -- inference --------------------------------------------------------------------------
     async def run_decision(parsed):
@@ -191,6 +206,10 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         except asyncio.TimeoutError:
             raise ApiError(503, "timeout", f"no answer within {config.request_timeout_s:g} s",
                            {"Retry-After": "5"}) from None
+        except AdapterNotFound as exc:  # deleted while this request waited
+            raise ApiError(404, "adapter_not_found", str(exc)) from None
+        except AdapterError as exc:  # its folder no longer loads (reloaded after an eviction): this request only
+            raise ApiError(400, "adapter_refused", str(exc)) from None
         if decision.error:
             err = decision.error
             if err.get("error_type") == "record_error":
@@ -407,10 +426,16 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
             folder = registry.resolve(body["path"])
         except AdapterAccessError as exc:
             raise ApiError(403, "forbidden", str(exc)) from None
+        except AdapterError as exc:  # NUL bytes, over-long components, symlink loops
+            raise ApiError(400, "adapter_refused", str(exc)) from None
         if body["name"] in registry.paths:
             raise ApiError(409, "adapter_exists", f"adapter {body['name']!r} is already registered; DELETE it first")
         try:
             info = await run_in_threadpool(registry.register, body["name"], folder)
+        except AdapterAccessError as exc:  # a file of the folder links out of the root: nothing of it read
+            raise ApiError(403, "forbidden", str(exc)) from None
+        except AdapterExists as exc:  # a concurrent POST of the same name won
+            raise ApiError(409, "adapter_exists", str(exc)) from None
         except AdapterError as exc:
             raise ApiError(400, "adapter_refused", str(exc)) from None
         app.openapi_schema = None  # /v1/systemone's model enum lists the adapters
@@ -418,10 +443,17 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
 
     @app.delete("/v1/adapters/{name}")
     async def adapters_delete(name: str, request: Request):
-        """Unregister and unload an adapter; later requests naming it get 404."""
+        """Unregister and unload an adapter; later requests naming it, and those waiting, get 404.
+
+        An adapter named at start-up (``--adapter``) is deleted only when run-time loading is on
+        (``--adapter-root``), and then, like every adapter request, with the key when one is set;
+        otherwise 403 (it could not be loaded back until a restart)."""
         check_key(request.headers, config.api_key)
         try:
+            registry.deletable(name)
             await run_in_threadpool(registry.unregister, name)
+        except AdapterAccessError as exc:
+            raise ApiError(403, "forbidden", str(exc)) from None
         except AdapterError as exc:
             raise ApiError(404, "adapter_not_found", str(exc)) from None
         app.openapi_schema = None
@@ -429,4 +461,5 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
 
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_body_bytes, body_timeout_s=config.body_timeout_s)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(InternalErrorMiddleware, log=log)  # outermost of ours: a 500 never closes the connection
     return app

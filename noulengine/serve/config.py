@@ -14,6 +14,11 @@ LOOPBACK_NAMES = ("localhost",)
 DEFAULT_MAX_QUESTIONS = {"decide": 16, "systemone": 64}
 ROUTES = {"decide": "/v1/decide", "systemone": "/v1/systemone"}
 
+# LoRA adapters (serve/adapters.py): at most this many loaded at once (least recently used unloaded
+# first), each at most this many bytes of factors, so adapters hold at most their product in memory
+DEFAULT_MAX_LOADED = 8
+DEFAULT_MAX_ADAPTER_BYTES = 256 * 2**20  # a rank-16 SmolLM2-135M adapter of 84 modules is 7.5 MiB
+
 
 @dataclass
 class ServeConfig:
@@ -44,9 +49,12 @@ class ServeConfig:
             ``"escalate"`` is escalated.
         adapters: ``{name: folder}`` LoRA adapters served from the start (``--adapter NAME=PATH``).
         adapter_root: the folder ``POST /v1/adapters`` may load from (``--adapter-root``); None:
-            no loading at run time.
+            no loading at run time (and adapters named in ``adapters`` cannot be deleted over HTTP).
         max_loaded_adapters: adapters loaded at once at most, least recently used unloaded first
-            (``--max-loaded-adapters``); None: no limit.
+            (``--max-loaded-adapters``, default 8); None: no limit.
+        max_adapter_bytes: one adapter's factors at most, in bytes as stored, read from the
+            safetensors header before the weights (``--max-adapter-bytes``, default 256 MiB); None:
+            no cap. With ``max_loaded_adapters`` it bounds the adapters' memory.
     """
 
     model_name: str = "noulengine"
@@ -65,7 +73,8 @@ class ServeConfig:
     escalation: object | None = None
     adapters: dict = field(default_factory=dict)
     adapter_root: str | None = None
-    max_loaded_adapters: int | None = None
+    max_loaded_adapters: int | None = DEFAULT_MAX_LOADED
+    max_adapter_bytes: int | None = DEFAULT_MAX_ADAPTER_BYTES
     escalate_by_default: bool = True
 
     def question_cap(self, route: str) -> int | None:

@@ -1,7 +1,8 @@
 """Prometheus text-format metrics (no client library needed).
 
 Series:
-  noulengine_requests_total{route,status}        counter
+  noulengine_requests_total{route,status}        counter (route: the path, /v1/adapters/{name} for one
+                                                 adapter, other for unknown paths)
   noulengine_request_duration_seconds{route}     histogram
   noulengine_batch_requests                      histogram (requests per engine call)
   noulengine_batch_duration_seconds              histogram
@@ -31,6 +32,18 @@ import time
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 ROUTES = ("/", "/healthz", "/metrics", "/v1/models", "/v1/systemone", "/v1/decide", "/v1/adapters")
+
+
+ADAPTER_ITEM = "/v1/adapters/{name}"
+
+
+def route_label(path: str) -> str:
+    """The ``route`` label of a request path: a served route, ``/v1/adapters/{name}`` for one
+    adapter (a name is one path segment), else ``other``."""
+    if path in ROUTES:
+        return path
+    rest = path[len("/v1/adapters/"):] if path.startswith("/v1/adapters/") else ""
+    return ADAPTER_ITEM if rest and "/" not in rest else "other"
 
 
 class _Histogram:
@@ -72,8 +85,9 @@ class Metrics:
         self.started = time.time()
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
-        """Count one finished HTTP request (unknown paths are folded into ``other``)."""
-        route = route if route in ROUTES else "other"
+        """Count one finished HTTP request by its route (``/v1/adapters/NAME`` as
+        ``/v1/adapters/{name}``; unknown paths are folded into ``other``)."""
+        route = route_label(route)
         with self._lock:
             self.requests[(route, status)] = self.requests.get((route, status), 0) + 1
             self.latency.setdefault(route, _Histogram(LATENCY_BUCKETS)).observe(seconds)

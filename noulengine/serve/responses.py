@@ -89,3 +89,39 @@ def record_error_failure(exc, question_ids=()) -> ValidationFailure:
     field = getattr(exc, "field", None)
     msg = f"field {field!r}: {rule}" if field else rule
     return ValidationFailure(loc_from_field(field, question_ids), msg, "value_error")
+
+
+class InternalErrorMiddleware:
+    """ASGI middleware answering an exception no handler took with 500 ``internal_error`` (naming
+    only its type) and keeping the connection open.
+
+    Starlette's own last-resort handler sends the 500 and then re-raises, and uvicorn closes a
+    connection whose application raised: a keep-alive client then saw its next request reset. An
+    exception after the response started (a stream) is re-raised: that connection cannot be saved.
+    """
+
+    def __init__(self, app, *, log=None):
+        self.app = app
+        self.log = log
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def send_wrapper(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        except Exception as exc:  # noqa: BLE001 - the last resort: one 500, the connection kept
+            if started:
+                raise
+            if self.log is not None:
+                self.log.exception("internal error on %s", scope.get("path", ""))
+            response = FiniteJSONResponse({"detail": {"error_type": "internal_error", "message": type(exc).__name__}},
+                                          status_code=500)
+            await response(scope, receive, send_wrapper)

@@ -463,6 +463,8 @@ class AdaptersResponse(BaseModel):
     model_config = ConfigDict(extra="forbid")
     adapters: list[AdapterInfo]
     max_loaded: Union[int, None] = Field(description="--max-loaded-adapters (null: no limit).")
+    max_adapter_bytes: Union[int, None] = Field(
+        None, description="--max-adapter-bytes: one adapter's factors at most, in bytes as stored (null: no cap).")
     root: Union[str, None] = Field(description="--adapter-root: POST /v1/adapters loads from under it (null: off).")
     evictions: Annotated[int, Field(ge=0)]
 
@@ -508,10 +510,12 @@ class HealthResponse(BaseModel):
 # -- the document -------------------------------------------------------------------------------
 
 _ERROR_TEXT = {
-    400: "Unsupported modality (images on a text-only model), a request the tokenizer cannot take, or "
-         "escalation asked of a server without an LLM.",
+    400: "Unsupported modality (images on a text-only model), a request the tokenizer cannot take, "
+         "escalation asked of a server without an LLM, or an adapter folder that cannot be loaded "
+         "(adapter_refused: the message names the file, the field and the rule).",
     401: "Missing or wrong API key.",
-    403: "Loading adapters at run time is off here (no --adapter-root), or the folder lies outside the root.",
+    403: "Loading adapters at run time is off here (no --adapter-root), the folder or a file in it lies outside "
+         "the root, or an adapter named at start-up cannot be deleted while run-time loading is off.",
     404: "Unknown model, adapter or route item.",
     409: "An adapter of that name is already registered.",
     408: "The body was not received in time.",
@@ -536,7 +540,7 @@ ROUTE_MODELS = {
 ADAPTER_ROUTES = [
     ("/v1/adapters", "get", None, AdaptersResponse, (401,), True),
     ("/v1/adapters", "post", AdapterLoadRequest, AdapterInfo, (400, 401, 403, 408, 409, 413, 415, 422), True),
-    ("/v1/adapters/{name}", "delete", None, AdapterDeleted, (401, 404), True),
+    ("/v1/adapters/{name}", "delete", None, AdapterDeleted, (401, 403, 404), True),
 ]
 _CAP_ROUTES = {"/v1/systemone": "systemone", "/v1/decide": "decide"}
 

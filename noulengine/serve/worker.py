@@ -5,6 +5,13 @@ takes the oldest request, then keeps gathering for at most ``max_wait_ms`` (or u
 estimated token budget or ``max_batch_requests`` is reached) and answers the whole group with one
 ``engine.decide_batch`` call, which packs it into forward passes within ``max_batch_tokens``.
 The queue is bounded: a full queue raises :class:`QueueFull` at once (the HTTP layer answers 429).
+
+With an :class:`~noulengine.serve.adapters.AdapterRegistry` (``adapters``), each gathered batch is
+answered in the steps: split it into groups naming at most ``--max-loaded-adapters`` adapters
+(:meth:`~noulengine.serve.adapters.AdapterRegistry.plan`); for each group, under the engine lock,
+load its adapters (evicting least recently used ones), fail the requests whose adapter was deleted
+or no longer loads with that error (the rest of the group is answered), run ``decide_batch``, and
+trim the loaded set to the limit.
 """
 
 from __future__ import annotations
@@ -46,12 +53,12 @@ class BatchWorker:
     """A thread that owns the engine and runs gathered requests through ``decide_batch``."""
 
     def __init__(self, engine, *, max_batch_tokens: int = 8192, max_batch_requests: int = 64,
-                 max_wait_ms: float = 5.0, max_queue: int = 256, metrics=None, before_batch=None):
+                 max_wait_ms: float = 5.0, max_queue: int = 256, metrics=None, adapters=None):
         self.engine = engine
         # held for each batch; adapter loads and unloads (serve/adapters.py) take it too, so the
         # engine's adapter set never changes under a running pass
         self.engine_lock = threading.Lock()
-        self.before_batch = before_batch  # called with the batch's requests, the lock held
+        self.adapters = adapters  # the server's AdapterRegistry (its lock must be engine_lock), or None
         self.max_batch_tokens = max(1, int(max_batch_tokens))
         self.max_batch_requests = max(1, int(max_batch_requests))
         self.max_wait_s = max(0.0, float(max_wait_ms)) / 1000.0
@@ -149,26 +156,49 @@ class BatchWorker:
             if not batch:
                 return
             try:
-                t0 = time.perf_counter()
-                with self.engine_lock:
-                    if self.before_batch is not None:
-                        self.before_batch([it.request for it in batch])
-                    decisions = self.engine.decide_batch([it.request for it in batch],
-                                                         batch_tokens=self.max_batch_tokens, on_error="record")
-                if self.metrics is not None:
-                    self.metrics.observe_batch(len(batch), time.perf_counter() - t0,
-                                               sum(d.input_tokens for d in decisions))
-                for item, decision in zip(batch, decisions):
-                    item.future.set_result(decision)
-            except BaseException as exc:  # noqa: BLE001 - every waiting client gets an answer
-                log.exception("engine failure on a batch of %d", len(batch))
-                for item in batch:
-                    if not item.future.done():
-                        item.future.set_exception(exc)
+                for group in self._groups(batch):
+                    self._answer(group)
             finally:
                 with self._cv:
                     self._in_flight = 0
                     self._report_depth()
+
+    def _groups(self, batch: list[_Item]) -> list[list[_Item]]:
+        """The batch split so that no group names more adapters than may be loaded at once."""
+        if self.adapters is None:
+            return [batch]
+        with self.engine_lock:
+            plan = self.adapters.plan([getattr(it.request, "adapter", None) for it in batch])
+        return [[batch[i] for i in group] for group in plan if group]
+
+    def _answer(self, group: list[_Item]) -> None:
+        """Answer one group in one ``decide_batch`` call; every waiting client gets an answer."""
+        try:
+            t0 = time.perf_counter()
+            with self.engine_lock:
+                refused = {}
+                if self.adapters is not None:
+                    refused = self.adapters.ensure_loaded([getattr(it.request, "adapter", None) for it in group])
+                run = []
+                for item in group:
+                    err = refused.get(getattr(item.request, "adapter", None))
+                    if err is not None:  # this adapter is gone or no longer loads: its requests only
+                        item.future.set_exception(err)
+                    else:
+                        run.append(item)
+                decisions = (self.engine.decide_batch([it.request for it in run], batch_tokens=self.max_batch_tokens,
+                                                      on_error="record") if run else [])
+                if self.adapters is not None:
+                    self.adapters.trim()
+            if self.metrics is not None and run:
+                self.metrics.observe_batch(len(run), time.perf_counter() - t0, sum(d.input_tokens for d in decisions))
+            for item, decision in zip(run, decisions):
+                item.future.set_result(decision)
+        except BaseException as exc:  # noqa: BLE001 - every waiting client gets an answer
+            log.exception("engine failure on a batch of %d", len(group))
+            for item in group:
+                if not item.future.done():
+                    item.future.set_exception(exc)
 
     def _report_depth(self) -> None:
         if self.metrics is not None:
