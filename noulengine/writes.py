@@ -90,6 +90,17 @@ def saving(path: str | Path, what: str = ""):
     return guard()
 
 
+# the errnos of a write the disk or the folder refused (not a file that is missing or unreadable)
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+def is_write_failure(exc: BaseException) -> bool:
+    """True for an :class:`OutputWriteError`, or an :class:`OSError` a full disk, a quota, a file
+    size limit or a read-only file system raised (:data:`WRITE_ERRNOS`): what a command reports as
+    one line and :data:`EXIT_WRITE_ERROR`."""
+    return isinstance(exc, OutputWriteError) or (isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS)
+
+
 def write_error_from(exc: OSError, fallback: str | Path | None = None) -> OutputWriteError:
     """An :class:`OutputWriteError` for an OSError raised by a library's own write (torch, peft,
     matplotlib), naming the file the OS names, else ``fallback``."""

@@ -320,7 +320,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             print(f"error: {out} holds predictions of a different run ({'; '.join(diff)}); use another --output",
                   file=sys.stderr)
             return 2
-    from noulengine.writes import EXIT_WRITE_ERROR, OutputWriteError, write_text_atomic
+    from noulengine.writes import (EXIT_WRITE_ERROR, OutputWriteError, is_write_failure, write_error_from,
+                                   write_text_atomic)
 
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -352,7 +353,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
     log = InvocationLog(out / "run.json", meta, {"started": started, "git_revision": revision, "model_load_s": load_s,
                                                  "threads": threads.get("threads")},
-                        rows_on_disk=len(read_predictions(out / "predictions.jsonl", repair=False)))
+                        predictions=list(read_predictions(out / "predictions.jsonl", repair=False).values()))
     if args.workers is not None:
         _warn_revision_change(args.worker, revision, log.previous)
     try:
@@ -369,12 +370,15 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         log.close("failed")
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except OutputWriteError as exc:  # a full disk: the predictions hold whole batches only; resumable
+    except (OutputWriteError, OSError) as exc:  # a full disk (predictions, plots): whole batches only; resumable
+        if not is_write_failure(exc):
+            log.stop_heartbeat()
+            raise
         try:
             log.close("failed")  # records the rows that landed, when run.json can still be written
         except OutputWriteError:
-            pass  # the next invocation counts them from predictions.jsonl (InvocationLog rows_on_disk)
-        print(f"error: {exc}", file=sys.stderr)
+            pass  # the next invocation counts them from predictions.jsonl (InvocationLog rows)
+        print(f"error: {write_error_from(exc, out)}", file=sys.stderr)
         return EXIT_WRITE_ERROR
     except KeyboardInterrupt:
         log.close("interrupted")  # the predictions so far stay; rerun the same command to resume
@@ -396,8 +400,6 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     try:
         status = _finish(results, out, meta)  # the busy-CPU note was printed once, at the start; run.json keeps it
     except (OutputWriteError, OSError) as exc:  # the predictions are whole: rerun the same command to write these
-        from noulengine.writes import write_error_from
-
         print(f"error: {write_error_from(exc, out)}; the predictions are complete: rerun the same command to write "
               "the report", file=sys.stderr)
         return EXIT_WRITE_ERROR
@@ -413,6 +415,12 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         except EscalationRunError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        except (OutputWriteError, OSError) as exc:  # a full disk: the LLM answers landed so far are kept
+            if not is_write_failure(exc):
+                raise
+            print(f"error: {write_error_from(exc, out)}; the LLM answers written so far are kept: rerun the same "
+                  "command to resume", file=sys.stderr)
+            return EXIT_WRITE_ERROR
         print(table_markdown(table, escalation))
         print(f"wrote {out}/escalation.md and escalation.json (LLM answers: {out}/escalations.jsonl)")
     return status

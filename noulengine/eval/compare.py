@@ -401,9 +401,12 @@ def render_markdown(result: dict) -> str:
                      + (f"; worse where {base} shows no skill (excused): {', '.join(v['worse_excused'])}"
                         if v["worse_excused"] else "")
                      + f"; better on {', '.join(v['better']) or 'none'}; under chance on "
-                     f"{', '.join(v['below_chance']) or 'none'}; {mean_text}: "
-                     + ("**passes**" if v["passes"] else "does not pass" if v["passes"] is False else "not decided")
-                     + " these clauses.")
+                     f"{', '.join(v['below_chance']) or 'none'}; {mean_text}. "
+                     + ("It **passes** these clauses." if v["passes"] else
+                        "It does not pass these clauses." if v["passes"] is False else
+                        "These clauses are not decided: " + ("there is no mean." if v["mean_higher"] is None else
+                                                             f"the mean lacks suites of its collection "
+                                                             f"({', '.join(mean.get('missing') or [])}).")))
     if result["notes"]:
         lines += ["", "## Notes", "", *[f"- {x}" for x in result["notes"]]]
     return "\n".join(lines) + "\n"

@@ -196,21 +196,27 @@ class InvocationLog:
         invocation: this invocation's entry (``started``, ``git_revision``, ``model_load_s``...).
         min_interval_s: the least time between two progress writes (default 0: every batch).
         rows_on_disk: the prediction rows already in the folder. When the earlier invocations
-            recorded fewer (one stopped by a write error could not update run.json after its last
-            batch landed), the last of them that did not finish is credited with the difference
-            (``requests_counted_from_predictions``), so the totals count the rows written.
+            recorded fewer (one killed right after a batch landed, or stopped by a write error,
+            could not update run.json for its last batch), the last of them that did not finish is
+            credited with the difference (``requests_counted_from_predictions``) and with their
+            time (``inference_seconds_counted_from_predictions``, see :func:`_reconcile`), so the
+            totals count the rows written and the time that wrote them.
+        predictions: the prediction rows already in the folder, in file order (``rows_on_disk``
+            is then their number): the time credited to unrecorded rows is read from them.
     """
 
     def __init__(self, path: Path, meta: dict, invocation: dict, *, min_interval_s: float = 0.0,
-                 rows_on_disk: int | None = None):
+                 rows_on_disk: int | None = None, predictions: list[dict] | None = None):
         from noulengine.eval.report import throughput
 
         self._throughput = throughput
         self.path = Path(path)
         old = read_run_json(self.path)
         self.previous = previous_invocations(old)
+        if predictions is not None:
+            rows_on_disk = len(predictions)
         if rows_on_disk is not None:
-            _reconcile(self.previous, rows_on_disk)
+            _reconcile(self.previous, rows_on_disk, predictions)
         # a resumed folder keeps what its last complete run.json said (suite pins, tasks) until
         # this invocation replaces it
         self.base = {**{k: v for k, v in old.items() if k not in ("invocations", "totals", "status")}, **meta}
@@ -232,6 +238,9 @@ class InvocationLog:
             self.results = results
             self.invocation["throughput"] = self._throughput(results)
             self.invocation["wall_s"] = time.perf_counter() - self.t0
+            # the wall time when the rows recorded so far had landed: what a kill after the next
+            # batch lands leaves unrecorded runs from here (_reconcile)
+            self.invocation["recorded_wall_s"] = self.invocation["wall_s"]
             now = time.perf_counter()
             if not force and now - self._last_write < self.min_interval_s:
                 return
@@ -290,8 +299,16 @@ class InvocationLog:
         self._write(status)
 
 
-def _reconcile(invocations: list[dict], rows_on_disk: int) -> None:
-    """Credit rows that landed without being recorded to the last unfinished invocation (in place)."""
+def _reconcile(invocations: list[dict], rows_on_disk: int, predictions: list[dict] | None = None) -> None:
+    """Credit rows that landed without being recorded to the last unfinished invocation (in place).
+
+    The rows are its last batch (killed, or stopped by a write error, after the batch landed and
+    before run.json recorded it); their time is credited to its ``inference_seconds`` too, so its
+    rate is not overstated: the larger of the wall time it ran after its last record (to its last
+    heartbeat or its close) and the longest ``latency_s`` among those rows (a batch lasts at least as
+    long as any request in it; read from ``predictions``, the rows in file order, the unrecorded
+    ones last). ``decisions_per_s`` and ``tokens_per_s`` stay what it recorded.
+    """
     recorded = sum((i.get("throughput") or {}).get("requests") or 0 for i in invocations)
     missing = rows_on_disk - recorded
     if missing <= 0:
@@ -302,6 +319,15 @@ def _reconcile(invocations: list[dict], rows_on_disk: int) -> None:
     last = unfinished[-1]
     t = dict(last.get("throughput") or {})
     t["requests"] = (t.get("requests") or 0) + missing
+    wall, at = last.get("wall_s"), last.get("recorded_wall_s")
+    gap = wall - at if isinstance(wall, (int, float)) and isinstance(at, (int, float)) else 0.0
+    unrecorded = (predictions or [])[-missing:]
+    longest = max((r["latency_s"] for r in unrecorded
+                   if isinstance(r, dict) and isinstance(r.get("latency_s"), (int, float))), default=0.0)
+    extra = max(gap, longest, 0.0)
+    if extra > 0:
+        t["inference_seconds"] = (t.get("inference_seconds") or 0.0) + extra
+        last["inference_seconds_counted_from_predictions"] = extra
     if t.get("inference_seconds"):  # the rate over the rows it wrote; decisions and tokens stay what it recorded
         t["requests_per_s"] = t["requests"] / t["inference_seconds"]
     last["throughput"] = t

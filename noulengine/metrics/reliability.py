@@ -44,6 +44,8 @@ def plot_reliability(confidences, correct, path, title: str = "Reliability", n_b
     Raises:
         ImportError: matplotlib is not installed.
         ValueError: as :func:`calibration_bins`.
+        OutputWriteError: the PNG could not be written (a full disk): written through
+            ``<path>.tmp`` and a rename, so no half image is left.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -71,6 +73,32 @@ def plot_reliability(confidences, correct, path, title: str = "Reliability", n_b
     ax.set_title(f"{title}\nECE = {ece:.4f}, N = {int(sum(counts))}")
     ax.legend(loc="upper left", fontsize=8)
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png")
+    _save_atomic(fig, out)
     return out
+
+
+def _save_atomic(fig, out: Path) -> None:
+    """Draw ``fig`` as a PNG into ``<out>.tmp``, then rename it over ``out`` (as
+    :func:`noulengine.writes.write_text_atomic` does for text): a failed write leaves no half image.
+
+    Raises:
+        OutputWriteError: the folder, the temporary file or the rename failed (a full disk, a
+            read-only folder), naming ``out``; the temporary file is removed.
+    """
+    import os
+
+    from noulengine.writes import OutputWriteError
+
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as fh:
+            fig.savefig(fh, format="png")
+            fh.flush()
+        os.replace(tmp, out)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise OutputWriteError(out, exc, "its previous content, if any, is unchanged") from exc

@@ -16,6 +16,7 @@ its decoder layers (the vision tower's own ``q_proj`` / ``gate_proj`` ... are le
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -161,7 +162,24 @@ def save_trained(model, tokenizer, output: Path, *, method: str, merge: bool = F
     card = output / "README.md"  # peft's placeholder model card: training.json documents the model
     if "README.md" not in before and card.is_file():
         card.unlink()
-    return sorted(set(p.name for p in output.iterdir()) - before)
+    written = sorted(set(p.name for p in output.iterdir()) - before)
+    _same_mode_as_config(output, written)
+    return written
+
+
+def _same_mode_as_config(output: Path, written: list[str]) -> None:
+    """Give the ``*.safetensors`` files written the mode of the JSON config written beside them.
+
+    safetensors writes through a private temporary file (mode 0600) renamed into place, while the
+    configs are written with ``open`` (0666 less the umask, usually 0644): a folder meant to be
+    shared or served by another user had one file only its owner could read."""
+    config = next((output / n for n in ("adapter_config.json", "config.json") if n in written), None)
+    if config is None:
+        return
+    mode = config.stat().st_mode & 0o777
+    for name in written:
+        if name.endswith(".safetensors"):
+            os.chmod(output / name, mode)
 
 
 def _sort_target_modules(config: Path) -> None:
