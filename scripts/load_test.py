@@ -8,6 +8,16 @@ between the two modes. Fails (exit 1) on any error, any lost request, or a run o
 
     python scripts/load_test.py --requests 48 --concurrency 16          # default model
     python scripts/load_test.py --tiny --requests 400 --concurrency 32  # tiny random model (fast)
+
+``--head-of-line`` measures chunked scheduling instead (issue #56): a large request (one choice
+question with ``--options`` options, 254 by default) is timed alone, then sent again with ``--small``
+small requests sent ``--delay-s`` after it; reported per mode (chunking on with ``--chunk-tokens``,
+and off): the large request's time alone and with the small ones, the small ones' median latency,
+how many finished before the large one, and the issue's two targets (small median <= 1/4 of the
+large request's time; large request <= 1.3x its time alone):
+
+    NOULENGINE_THREADS=1 python scripts/load_test.py --head-of-line --json hol.json   # default model
+    python scripts/load_test.py --tiny --head-of-line --options 40 --chunk-tokens 64 --chunk-min-tokens 400
 """
 
 from __future__ import annotations
@@ -150,6 +160,86 @@ def run_mode(engine, name: str, batch_tokens: int, args, requests) -> dict:
     return out
 
 
+def large_request(options: int) -> dict:
+    """The issue's large request: one choice question with ``options`` options (254: the repro)."""
+    return {"id": "large", "state": {"ticket": "My card was charged twice for order 4471."}, "questions": {
+        "tool": {"type": "choice", "instructions": "Which tool handles this?",
+                 "criteria": {f"tool_{k}": f"Handles case {k}." for k in range(options)}}}}
+
+
+async def head_of_line_round(url: str, large: dict, small: list[dict], delay_s: float, timeout: float) -> dict:
+    """One round: ``large`` alone, then ``large`` again with ``small`` sent ``delay_s`` after it.
+    Latencies are client-side wall seconds (send to answer)."""
+    import httpx
+
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        async def timed(req):
+            t0 = time.perf_counter()
+            r = await client.post(url + "/v1/decide", json=req)
+            return t0, time.perf_counter(), r.status_code
+
+        t0, t1, status = await timed(large)
+        alone = t1 - t0
+        big = asyncio.create_task(timed(large))
+        await asyncio.sleep(delay_s)
+        smalls = await asyncio.gather(*(timed(r) for r in small))
+        b0, b1, b_status = await big
+    lat = [e - s for s, e, _ in smalls]
+    return {"large_alone_s": alone, "large_with_small_s": b1 - b0, "small_latency_s": lat,
+            "small_p50_s": statistics.median(lat), "small_before_large": sum(e < b1 for _, e, _ in smalls),
+            "statuses": [status, b_status] + [c for _, _, c in smalls]}
+
+
+def head_of_line(engine, args) -> int:
+    """The ``--head-of-line`` benchmark (chunking on, then off, on one warm engine)."""
+    from noulengine.serve.app import create_app
+    from noulengine.serve.config import ServeConfig
+
+    large = large_request(args.options)
+    small = [dict(r, id=f"s{i}") for i, r in enumerate(make_requests(args.small))]
+    print(f"large request: {engine.compile(large).input_tokens} packed tokens; small: "
+          f"{statistics.median(engine.compile(r).input_tokens for r in small):.0f} (median); "
+          f"chunk_min_tokens {engine.config.chunk_min_tokens}", flush=True)
+    results, bad = {}, []
+    for mode, chunk in (("chunked", args.chunk_tokens), ("unchunked", 0)):
+        engine.config.chunk_tokens = chunk
+        engine.reset_prefix_cache()
+        app = create_app(engine, ServeConfig(model_name="load-test", max_batch_tokens=args.batch_tokens,
+                                             max_wait_ms=args.max_wait_ms, max_queue=4 * (args.small + 2)))
+        with Server(app) as url:
+            import httpx
+
+            for warm in (small[0], large):  # warm-up (not counted): the large one's state is then stored,
+                httpx.post(url + "/v1/decide", json=warm, timeout=600)  # as for every timed run after it
+            rounds = [asyncio.run(head_of_line_round(url, large, small, args.delay_s, args.duration_s))
+                      for _ in range(args.reps)]
+            steps = app.state.worker.chunk_steps
+        med = {k: statistics.median(r[k] for r in rounds) for k in
+               ("large_alone_s", "large_with_small_s", "small_p50_s", "small_before_large")}
+        med.update(chunk_tokens=chunk, chunk_steps=steps, rounds=rounds,
+                   small_over_large=med["small_p50_s"] / med["large_with_small_s"],
+                   large_slowdown=med["large_with_small_s"] / med["large_alone_s"])
+        results[mode] = med
+        print(f"  {mode:>9} (chunk_tokens {chunk}): large alone {med['large_alone_s']:.2f}s, with {args.small} small "
+              f"{med['large_with_small_s']:.2f}s ({med['large_slowdown']:.2f}x); small p50 {med['small_p50_s']:.2f}s "
+              f"({med['small_over_large']:.2f} of the large); {med['small_before_large']:.0f}/{args.small} finished "
+              f"before it; {steps} chunks", flush=True)
+        bad += [f"{mode}: status {c}" for r in rounds for c in r["statuses"] if c != 200]
+    engine.config.chunk_tokens = args.chunk_tokens
+    on = results["chunked"]
+    targets = {"small_before_large": on["small_before_large"] == args.small,
+               "small_p50_le_quarter_of_large": on["small_over_large"] <= 0.25,
+               "large_le_1.3x_alone": on["large_slowdown"] <= 1.3}
+    print("targets (chunked): " + "  ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in targets.items()))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"args": vars(args), "results": results, "targets": targets}, fh, indent=1)
+    if bad:
+        print("FAIL: " + "; ".join(bad))
+        return 1
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="model path (default: the embedded default model)")
@@ -160,6 +250,16 @@ def main(argv=None) -> int:
     p.add_argument("--batch-tokens", type=int, default=8192, help="budget with batching on")
     p.add_argument("--max-wait-ms", type=float, default=5.0)
     p.add_argument("--json", help="write the measurements here")
+    p.add_argument("--head-of-line", action="store_true",
+                   help="measure chunked scheduling: small requests sent while a large one runs (issue #56)")
+    p.add_argument("--options", type=int, default=254, help="--head-of-line: options of the large request")
+    p.add_argument("--small", type=int, default=10, help="--head-of-line: small requests sent during it")
+    p.add_argument("--delay-s", type=float, default=2.0, help="--head-of-line: seconds before the small ones")
+    p.add_argument("--reps", type=int, default=1, help="--head-of-line: rounds (medians reported)")
+    p.add_argument("--chunk-tokens", type=int, default=None,
+                   help="--head-of-line: the engine's chunk_tokens with chunking on (default: the engine's)")
+    p.add_argument("--chunk-min-tokens", type=int, default=None,
+                   help="--head-of-line: the engine's chunk_min_tokens (default: the engine's)")
     args = p.parse_args(argv)
     if args.requests < 1 or args.requests > 100_000 or args.concurrency < 1:
         p.error("--requests must be 1..100000 and --concurrency >= 1")
@@ -170,6 +270,14 @@ def main(argv=None) -> int:
     engine = tiny_engine() if args.tiny else Engine.from_pretrained(args.model)
     print(f"model loaded in {time.perf_counter() - t0:.1f}s; {args.requests} requests, concurrency {args.concurrency}",
           flush=True)
+    if args.head_of_line:
+        if args.chunk_tokens is None:
+            args.chunk_tokens = engine.config.chunk_tokens
+        if args.chunk_min_tokens is not None:
+            engine.config.chunk_min_tokens = args.chunk_min_tokens
+        if args.chunk_tokens < 1 or args.small < 1 or args.reps < 1 or args.options < 2:
+            p.error("--head-of-line needs --chunk-tokens >= 1, --small >= 1, --reps >= 1, --options >= 2")
+        return head_of_line(engine, args)
     reqs = make_requests(args.requests)
     off = run_mode(engine, "off", 1, args, reqs)
     on = run_mode(engine, "on", args.batch_tokens, args, reqs)

@@ -41,6 +41,8 @@ class EngineConfig:
         prefix_cache_min_tokens: tree requests of fewer packed tokens keep the tree path unless they have a static prefix to share (schema-first questions); what the prefix store holds never changes a request's path, so a repeated request gets the same bits (measured on a 2-core CPU: the cached path ran at 0.91-0.94x the tree path at ~515 tokens, 1.0-1.1x at ~1,400 and 1.4-1.5x at ~2,600); 0 sends every tree request through the prefix cache.
         prefix_cache_mb: cross-request prefix caching budget in MiB: keys and values of the frame head every request starts with, of static prefixes (schema-first questions) and of tree requests' whole prefixes (states) are kept and reused across requests (LRU, keyed by token ids; each computed in one canonical shape, so a reused prefix gives the same bits as a recomputed one); 0 turns it off. Used by the causal path and the prefix-cache path (not the tree path, the reference); never for sliding-window or int8 models. Call Engine.reset_prefix_cache() after changing weights in place.
         layout: the prompt layout: ``state-first`` (the state, then each question) or ``schema-first`` (every question first, then the state, then a short cue per question: requests that ask the same questions share that prefix, which the prefix cache serves); None = the layout a trained model was trained with, else state-first.
+        chunk_tokens: chunked scheduling of large requests: a request of at least chunk_min_tokens (and more than chunk_tokens) packed tokens runs alone, in passes of at most this many new tokens (its prefix along the canonical cut points, then its branches in packed order against the keys and values of everything before them), and the server answers requests that arrive meanwhile between those passes; every prefix piece longer than this is cut too (one canonical shape, the same bits alone or interleaved). A 256-token chunk is about 0.7 s of SmolLM2-135M on 2 CPU threads (FACTS.md: 0.66-0.73 s per 256-token pass), so requests arriving behind a large one wait about that long, not for all of it. 0 turns chunking off (large requests are batched whole, prefix pieces not cut). Models without the prefix cache (sliding-window, int8) and image requests are never chunked.
+        chunk_min_tokens: requests of at least this many packed tokens are large, computed in chunks of chunk_tokens (smaller ones are batched whole as before; a request of a few chunks stalls others for a few chunks at most).
         media_root: the folder relative image paths in requests are read from (default ``MEDIA_ROOT``, else the --input file's folder for noulengine decide, else the working directory); HTTP requests never read paths.
     """
 
@@ -60,5 +62,7 @@ class EngineConfig:
     prefix_cache: bool = True
     prefix_cache_min_tokens: int = 1024
     prefix_cache_mb: int = 256
+    chunk_tokens: int = 256
+    chunk_min_tokens: int = 1024
     media_root: str | None = None
     layout: str | None = None

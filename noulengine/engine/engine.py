@@ -30,9 +30,10 @@ from noulengine.engine.batching import collate, plan_batches
 from noulengine.engine.config import EngineConfig  # noqa: F401 - re-exported (noulengine.EngineConfig)
 from noulengine.engine.decision import Decision, make_answer
 from noulengine.engine.model_runner import ModelRunner, pick_device, pick_dtype
-from noulengine.engine.prefix_cache import prefix_cache_unsupported, prefix_cached_hidden_batch
+from noulengine.engine.prefix_cache import chunked_hidden_steps, prefix_cache_unsupported, prefix_cached_hidden_batch
 from noulengine.engine.lora import AdapterError, AdapterSet, read_adapter
-from noulengine.engine.prefix_store import PrefixKVStore, causal_batch_hidden, mixed_causal_batch_hidden, prefill
+from noulengine.engine.prefix_store import (PrefixKVStore, causal_batch_hidden, drain, mixed_causal_batch_hidden,
+                                           prefix_chain)
 from noulengine.engine.readout import batch_candidate_logprobs
 from noulengine.records.errors import NonFiniteLogitsError, NoulEngineError, RecordError, UnsupportedModalityError
 from noulengine.records.schema import Question, Request, request_from_json
@@ -120,6 +121,36 @@ def _read_temperatures(config: EngineConfig, identity) -> Temperatures | None:
                              layout=config.layout if config.layout not in (None, "auto") else "state-first")
 
 
+class DecideJob:
+    """A batch of requests answered one forward pass at a time (:meth:`Engine.start_batch`).
+
+    Call :meth:`step` until it returns False, then read :attr:`decisions` (one per request, in
+    input order, as :meth:`Engine.decide_batch` returns them). With ``on_error="raise"`` a bad
+    request's error is raised by the step that compiles it (the first).
+    """
+
+    def __init__(self, steps):
+        self._steps = steps
+        self.steps = 0  # forward passes run so far
+        self.decisions: list[Decision] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.decisions is not None
+
+    def step(self) -> bool:
+        """Run the next forward pass (the first step also compiles); True while passes remain."""
+        if self.decisions is not None:
+            return False
+        try:
+            next(self._steps)
+        except StopIteration as stop:
+            self.decisions = stop.value
+            return False
+        self.steps += 1
+        return True
+
+
 class Engine:
     """A causal LM turned into a decision model.
 
@@ -171,6 +202,8 @@ class Engine:
         self._priors: dict[tuple[int, str], torch.Tensor] = {}  # (adapter slot, question template)
         if self.config.prefix_cache_min_tokens < 0:
             raise ValueError(f"prefix_cache_min_tokens must be >= 0, got {self.config.prefix_cache_min_tokens}")
+        if self.config.chunk_tokens < 0:
+            raise ValueError(f"chunk_tokens must be >= 0 (0 turns chunked scheduling off), got {self.config.chunk_tokens}")
         if self.config.prefix_cache_mb < 0:
             raise ValueError(f"prefix_cache_mb must be >= 0 (0 turns cross-request prefix caching off), "
                              f"got {self.config.prefix_cache_mb}")
@@ -472,7 +505,31 @@ class Engine:
         """
         if on_error not in ("record", "raise"):
             raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
-        items = list(requests)
+        return drain(self._decide_steps(list(requests), batch_tokens=batch_tokens, on_error=on_error,
+                                        progress=progress, escalate=escalate))
+
+    def start_batch(self, requests: Iterable[Request | dict], *, batch_tokens: int | None = None,
+                    on_error: str = "record") -> "DecideJob":
+        """:meth:`decide_batch` as a job run one forward pass at a time (:meth:`DecideJob.step`).
+
+        The server's worker starts a job per group of requests and steps its jobs in turn, so the
+        requests that arrive while a large one is computed (in chunks: ``EngineConfig.chunk_tokens``)
+        are answered between its chunks, not after it. Every request's probabilities are the same
+        bits as :meth:`decide_batch` of the same requests gives (each pass's shapes and inputs
+        depend on its own requests only); other jobs may run between two steps, but nothing else may
+        change the engine (weights, adapters, settings) while a job is unfinished.
+
+        Raises:
+            ValueError: ``on_error`` is neither ``"record"`` nor ``"raise"``.
+        """
+        if on_error not in ("record", "raise"):
+            raise ValueError(f"on_error must be 'record' or 'raise', got {on_error!r}")
+        return DecideJob(self._decide_steps(list(requests), batch_tokens=batch_tokens, on_error=on_error))
+
+    def _decide_steps(self, items: list, *, batch_tokens: int | None = None, on_error: str = "record", progress=None,
+                      escalate=None):
+        """:meth:`decide_batch`'s body as a generator: compiles on the first step, yields after each
+        forward pass (:meth:`_run_steps`) and returns the decisions."""
         decisions: list[Decision | None] = [None] * len(items)
         compiled: dict[int, CompiledRequest] = {}
         parsed: dict[int, Request] = {}
@@ -513,8 +570,8 @@ class Engine:
         if compiled:
             self._ensure_priors(parsed, compiled, slots)
         order = list(compiled)
-        results = self._run(compiled=[compiled[i] for i in order], batch_tokens=batch_tokens, progress=progress,
-                            slots=[slots[i] for i in order])
+        results = yield from self._run_steps([compiled[i] for i in order], batch_tokens=batch_tokens,
+                                             progress=progress, slots=[slots[i] for i in order])
         for slot, i in enumerate(order):
             logps, batch_s = results[slot]
             c = compiled[i]
@@ -553,6 +610,19 @@ class Engine:
         if request.images and self.runner.vision is not None:
             self.runner.vision.encode(request.images, record_id=request.id)
 
+    def is_chunked(self, request: Request | dict) -> bool:
+        """Whether :meth:`decide_batch` computes ``request`` alone in canonical chunks (a large
+        request: ``EngineConfig.chunk_tokens``), which a scheduler can interleave with other work
+        (:meth:`start_batch`). Compiles the request (its packed length decides).
+
+        Raises:
+            RecordError, OverlengthError: the request is invalid (as :meth:`compile`).
+        """
+        if self.config.chunk_tokens <= 0 or (isinstance(request, Request) and request.images):
+            return False
+        cached_ok = self.config.prefix_cache and prefix_cache_unsupported(self.runner) is None
+        return cached_ok and self._chunked(self.compile(request), cached_ok)
+
     def compile(self, request: Request | dict) -> CompiledRequest:
         """The packed token tree the engine would run for ``request`` (for inspection and tests)."""
         req = request if isinstance(request, Request) else request_from_json(request, media_root=self.media_root)
@@ -579,7 +649,25 @@ class Engine:
 
         ``slots``: each request's LoRA adapter slot (None: all the model as loaded); a batch mixes
         adapters freely, each row routed to its own (:mod:`noulengine.engine.lora`)."""
+        return drain(self._run_steps(compiled, batch_tokens=batch_tokens, progress=progress, slots=slots))
+
+    def _chunked(self, c: CompiledRequest, cached_ok: bool) -> bool:
+        """Whether ``c`` is a large request, computed alone in canonical chunks
+        (:func:`~noulengine.engine.prefix_cache.chunked_hidden_steps`): chunking on
+        (``chunk_tokens > 0``), a model the prefix cache supports, a text request, at least
+        ``chunk_min_tokens`` and more than ``chunk_tokens`` packed tokens. Decided from the
+        request alone, so its path, and its bits, never depend on what else is being served."""
+        chunk = self.config.chunk_tokens
+        return (cached_ok and chunk > 0 and c.vision is None and c.input_tokens > chunk
+                and c.input_tokens >= self.config.chunk_min_tokens)
+
+    def _run_steps(self, compiled: list[CompiledRequest], *, batch_tokens: int | None, progress=None,
+                   slots: list[int] | None = None):
+        """:meth:`_run` as a generator: yields (None) after each forward pass (a batch, or one chunk of
+        a large request) and returns what :meth:`_run` returns. A scheduler
+        (:class:`DecideJob`, the server's worker) runs other requests' passes between the steps."""
         slots = slots or [0] * len(compiled)
+        chunk = self.config.chunk_tokens
         budget = batch_tokens or self.config.batch_tokens
         out: list[Any] = [None] * len(compiled)
         # Linear requests and tree requests are planned apart: a batch is either causal (the
@@ -591,9 +679,11 @@ class Engine:
         cached_ok = self.config.prefix_cache and prefix_cache_unsupported(self.runner) is None
         head = self._frame_head_len() if cached_ok or self.config.causal_path else 0
         static, static_key, admitted = self._static_prefixes(compiled, head, slots) if cached_ok else ({}, {}, set())
-        groups: dict[str, list[int]] = {"causal": [], "tree": [], "cached": []}
+        groups: dict[str, list[int]] = {"causal": [], "tree": [], "cached": [], "chunked": []}
         for i, c in enumerate(compiled):
-            if c.vision is not None:
+            if self._chunked(c, cached_ok):
+                kind = "chunked"  # large: alone, in canonical chunks (the same bits alone or interleaved)
+            elif c.vision is not None:
                 # image requests: the tree path only. Their image tokens are placeholders, the
                 # same ids whatever the pixels, so no token-keyed cache may hold them.
                 kind = "tree"
@@ -604,7 +694,7 @@ class Engine:
             else:
                 kind = "tree"
             groups[kind].append(i)
-        plans = []
+        plans = [("chunked", [i]) for i in sorted(groups["chunked"], key=lambda i: -compiled[i].input_tokens)]
         for kind in ("cached", "causal", "tree"):
             # requests that share a static prefix are batched together, so each batch reuses one entry
             by_key: dict[int | None, list[int]] = {}
@@ -618,19 +708,38 @@ class Engine:
                     plans.append((kind, [members[j] for j in part]))
         self.last_padding_share = 0.0
         padded = real = 0
-        store = self._seeded_prefix_store() if groups["causal"] or groups["cached"] else None
+        store = self._seeded_prefix_store() if groups["causal"] or groups["cached"] or groups["chunked"] else None
         for kind, indices in plans:
             self._sync()
             t0 = time.perf_counter()
             keys = {static_key.get(i) for i in indices}
             batch_static = min(static.get(i, 0) for i in indices) if len(keys) == 1 and None not in keys else 0
             rows = [slots[i] for i in indices]
-            if kind == "cached":
+            if kind == "chunked":
+                i = indices[0]
+                steps = chunked_hidden_steps(self.runner, compiled[i], store, chunk=chunk, head=head,
+                                             static=static.get(i, 0), keep_static=i in admitted, slot=slots[i],
+                                             routing=self.adapters.routing if self.adapters.slots else None)
+                spent = 0.0  # this request's own compute time: other passes run between its steps
+                while True:
+                    try:
+                        with torch.inference_mode():
+                            next(steps)
+                    except StopIteration as done:
+                        hidden = done.value
+                        break
+                    self._sync()
+                    spent += time.perf_counter() - t0
+                    yield
+                    t0 = time.perf_counter()
+                t0 -= spent
+                n_real = n_padded = compiled[i].input_tokens
+            elif kind == "cached":
                 with torch.inference_mode():
                     hidden = prefix_cached_hidden_batch(
                         self.runner, compiled, indices, store=store, head=head, static=static, keep_static=admitted,
                         slots={i: slots[i] for i in indices},
-                        routing=self.adapters.routing if self.adapters.slots else None)
+                        routing=self.adapters.routing if self.adapters.slots else None, chunk=chunk)
                 n_real = n_padded = sum(compiled[i].input_tokens for i in indices)
             else:
                 batch = collate(compiled, indices, pad_id=self.pad_id, causal=kind == "causal")
@@ -641,11 +750,12 @@ class Engine:
                         hidden = causal_batch_hidden(self.runner, batch, [compiled[i] for i in indices], store,
                                                      head=head, static=batch_static,
                                                      keep_static=bool(batch_static) and indices[0] in admitted,
-                                                     adapter=rows[0])
+                                                     adapter=rows[0], chunk=chunk)
                 elif kind == "causal" and store is not None:  # mixed adapters: each row's own cached head
                     with torch.inference_mode():
                         hidden = mixed_causal_batch_hidden(self.runner, batch, [compiled[i] for i in indices], store,
-                                                           head=head, slots=rows, routing=self.adapters.routing)
+                                                           head=head, slots=rows, routing=self.adapters.routing,
+                                                           chunk=chunk)
                 else:
                     with self._routed(rows):
                         hidden = self.runner.hidden_states(batch)
@@ -661,6 +771,7 @@ class Engine:
             if progress is not None:
                 self.last_batch = {"requests": len(indices), "tokens": n_real, "seconds": dt}  # for the callback
                 progress(len(indices))
+            yield
         self.last_padding_share = 1.0 - real / padded if padded else 0.0
         return out
 
@@ -737,9 +848,9 @@ class Engine:
             except NoulEngineError:  # e.g. a context window too small for the probe requests:
                 head = ()  # no head to share; batch-shared and state prefixes are still cached
             if len(head) >= store.min_tokens:
-                with torch.inference_mode():
-                    entry, _ = prefill(self.runner, head)
-                entry.pinned, entry.cuts = True, (len(head),)
+                with torch.inference_mode():  # along the canonical cuts, as every request computes it
+                    entry, _, _ = prefix_chain(self.runner, None, head, [len(head)], chunk=self.config.chunk_tokens)
+                entry.pinned = True
                 store.insert(entry)
         return store
 

@@ -57,7 +57,7 @@ def prefix_cached_hidden(runner, compiled: CompiledRequest, store=None, *, head:
 def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices: list[int],
                                store=None, *, head: int = 0, static: dict[int, int] | None = None,
                                keep_static: frozenset[int] | set[int] = frozenset(), slots: dict[int, int] | None = None,
-                               routing=None) -> torch.Tensor:
+                               routing=None, chunk: int = 0) -> torch.Tensor:
     """(B, L, D) final hidden states of ``B`` tree requests, computed with prefix KV caches.
 
     Two steps for the whole batch:
@@ -88,6 +88,8 @@ def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices:
             prefix passes run under its adapter and are stored under it, the branch pass routes
             each row to its request's adapter (:mod:`noulengine.engine.lora`).
         routing: the engine's :class:`~noulengine.engine.lora.LoraRouting` (None: no adapters).
+        chunk: the engine's chunk size: prefix pieces longer than it are cut (the canonical pieces
+            of :func:`~noulengine.engine.prefix_store.prefix_chain`; 0: not cut).
 
     Returns:
         The tree path's hidden states (within float tolerance) at every position this call
@@ -119,7 +121,7 @@ def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices:
         with routed(slot):
             entry, last_hidden, reused = prefix_chain(runner, store, c.token_ids, cuts, static=s if s in cuts else 0,
                                                       keep_static=i in keep_static, keep_end=keep_end, adapter=slot,
-                                                      keep_first=slot != 0)
+                                                      keep_first=slot != 0, chunk=chunk)
         if store is not None:
             store.record(c.input_tokens, reused)
         if last_hidden is not None:
@@ -166,4 +168,75 @@ def prefix_cached_hidden_batch(runner, requests: list[CompiledRequest], indices:
                                                   branch_cache)
     for r, (b, idx) in enumerate(plan):
         hidden[b, torch.tensor(idx, device=dev)] = branch_hidden[r, :len(idx)]
+    return hidden
+
+
+def chunked_hidden_steps(runner, request: CompiledRequest, store=None, *, chunk: int, head: int = 0, static: int = 0,
+                         keep_static: bool = False, slot: int = 0, routing=None):
+    """One large request's final hidden states, computed in canonical chunks across scheduler steps.
+
+    A generator: it yields (None) after each forward pass and returns the ``(1, L, D)`` hidden
+    states (model dtype, on device; zeros inside the prefix before its last piece, where nothing is
+    read). The passes, each batch 1 and at most ``chunk`` new tokens:
+
+    1. the prefix (root segment) along its canonical cut points
+       (:func:`~noulengine.engine.prefix_store.prefix_chain_steps`: the frame head, the static
+       prefix, the root, and every ``chunk`` tokens inside a longer piece), stored pieces reused;
+    2. the tokens after the prefix (branches, label-sequence candidates, a linear request's tail),
+       in packed order, ``chunk`` at a time: chunk ``[s, e)`` runs against the cache of every token
+       before ``s`` (the prefix and the earlier chunks; the cache grows by each chunk's keys and
+       values) with the ``(e - s, e)`` rows of the request's own tree mask, so each token sees
+       exactly its ancestors, as in the tree path.
+
+    Every pass's shapes and inputs depend on the request and ``chunk`` alone, never on what runs
+    between the steps (other requests' passes use their own caches), so interleaving other work
+    leaves the bits unchanged (``tests/test_chunked_scheduling.py``: ``torch.equal``); the tree path
+    stays the reference (within float tolerance).
+
+    Args:
+        runner: the engine's :class:`~noulengine.engine.model_runner.ModelRunner`.
+        request: a compiled text request (no images).
+        store: the engine's prefix store, or None; the whole prefix is stored when long enough
+            (a state asked again reuses it), the static prefix when ``keep_static``.
+        chunk: tokens per pass at most (``EngineConfig.chunk_tokens``, > 0).
+        head, static, keep_static: the frame head's length, the request's static prefix length (0:
+            none) and whether the engine admitted it to the store.
+        slot, routing: the request's LoRA adapter slot and the engine's routing (None: no adapters);
+            entered around each pass only, since other passes run between the steps.
+    """
+    import contextlib
+
+    from noulengine.engine.prefix_store import cache_for_rows, prefix_chain_steps
+
+    if chunk <= 0:
+        raise ValueError(f"chunked_hidden_steps: chunk must be > 0, got {chunk}")
+
+    def routed():
+        return routing.use(slot) if routing is not None else contextlib.nullcontext()
+
+    dev = runner.device
+    p, n = request.prefix_tokens, request.input_tokens
+    cuts = [x for x in (head, static, p) if 0 < x <= p]
+    keep_end = store is not None and p - max([x for x in (head, static) if x < p] or [0]) >= store.min_tokens
+    entry, last_hidden, reused = yield from prefix_chain_steps(
+        runner, store, request.token_ids, cuts, static=static if static in cuts else 0, keep_static=keep_static,
+        keep_end=keep_end, adapter=slot, keep_first=slot != 0, chunk=chunk, context=routed)
+    if store is not None:
+        store.record(n, reused)
+    hidden = torch.zeros(1, n, runner.config.hidden_size, dtype=runner.dtype, device=dev)  # (1, L, D)
+    if last_hidden is not None:
+        hidden[0, p - last_hidden.shape[0]:p] = last_hidden
+    if n == p:
+        return hidden
+    ids = torch.tensor(request.token_ids, dtype=torch.long)  # (L,)
+    pos = torch.tensor(request.position_ids, dtype=torch.long)  # (L,)
+    tree = request.attention_mask()  # (L, L) bool
+    cache = cache_for_rows(runner, entry, 1)  # the prefix's keys/values; each chunk's are appended
+    for s in range(p, n, chunk):
+        e = min(s + chunk, n)
+        with routed():
+            out = runner.forward_with_cache(ids[None, s:e].to(dev), pos[None, s:e].to(dev),
+                                            runner._device_mask(tree[None, None, s:e, :e].contiguous()), cache)  # (1, e - s, D)
+        hidden[0, s:e] = out[0]
+        yield
     return hidden

@@ -33,6 +33,7 @@ tokens looked up (:class:`PrefixCacheStats`).
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
@@ -271,14 +272,50 @@ def exact_entry(store: PrefixKVStore | None, ids: Sequence[int], n: int, adapter
     return entry
 
 
+def canonical_cuts(cuts: Sequence[int], chunk: int = 0) -> list[int]:
+    """The cut points a prefix is computed along: ``cuts`` (zeros and repeats dropped), and with
+    ``chunk > 0`` also every ``chunk`` tokens inside a piece longer than ``chunk`` (counted from the
+    piece's start), so no piece computes more than ``chunk`` tokens. A function of its arguments
+    alone (the request's own cut points and the engine's fixed chunk size): the canonical shape.
+
+    Example: ``canonical_cuts([39, 600], 256) == [39, 295, 551, 600]``.
+    """
+    points = sorted({int(c) for c in cuts if c > 0})
+    if chunk <= 0:
+        return points
+    out: list[int] = []
+    prev = 0
+    for c in points:
+        x = prev + chunk
+        while x < c:
+            out.append(x)
+            x += chunk
+        out.append(c)
+        prev = c
+    return out
+
+
+def drain(steps):
+    """Run a step generator (``prefix_chain_steps``, ``chunked_hidden_steps``, the engine's
+    ``_run_steps``) to its end and return its return value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+
+
 def prefix_chain(runner, store: PrefixKVStore | None, ids: Sequence[int], cuts: Sequence[int], *,
                  static: int = 0, keep_static: bool = False, keep_end: bool = False, adapter: int = 0,
-                 keep_first: bool = False) -> tuple[PrefixEntry | None, torch.Tensor | None, int]:
+                 keep_first: bool = False, chunk: int = 0) -> tuple[PrefixEntry | None, torch.Tensor | None, int]:
     """Keys and values of ``ids[:cuts[-1]]`` in the canonical shape: piece by piece at the cut points.
 
     Each piece ``[cuts[k-1], cuts[k])`` is a batch-1 :func:`prefill` continuing from the entry of
     the piece before, so the entry of a cut is the same bits however often, and after whatever else,
     it is computed; the longest cut already stored is reused and only the pieces after it computed.
+    With ``chunk > 0`` a piece longer than ``chunk`` tokens is itself cut every ``chunk`` tokens
+    (:func:`canonical_cuts`): the same pieces a chunked request computes across scheduler steps
+    (:func:`prefix_chain_steps`), so both give the same bits and share stored entries.
 
     Args:
         runner: the engine's :class:`~noulengine.engine.model_runner.ModelRunner`.
@@ -292,13 +329,29 @@ def prefix_chain(runner, store: PrefixKVStore | None, ids: Sequence[int], cuts: 
         adapter: the LoRA adapter slot the caller routed these passes to (the entries' key).
         keep_first: store the first cut's entry (an adapter's frame head; the base's is pinned by
             the engine).
+        chunk: the engine's chunk size (``EngineConfig.chunk_tokens``; 0: pieces are not cut).
 
     Returns:
         ``(entry, hidden, reused)``: the last cut's entry (None when ``cuts`` is empty), the ``(n,
         D)`` hidden states of the last piece computed (None when nothing was), and how many tokens
         came from the store.
     """
-    points = sorted({int(c) for c in cuts if c > 0})
+    return drain(prefix_chain_steps(runner, store, ids, cuts, static=static, keep_static=keep_static,
+                                    keep_end=keep_end, adapter=adapter, keep_first=keep_first, chunk=chunk))
+
+
+def prefix_chain_steps(runner, store: PrefixKVStore | None, ids: Sequence[int], cuts: Sequence[int], *,
+                       static: int = 0, keep_static: bool = False, keep_end: bool = False, adapter: int = 0,
+                       keep_first: bool = False, chunk: int = 0, context=None):
+    """:func:`prefix_chain` as a generator: it yields (None) after each piece's forward pass and
+    returns ``(entry, hidden, reused)``. A scheduler runs other passes between the yields; the
+    entry built so far lives in the generator, never in the model, so they cannot touch it.
+
+    ``context``: a callable returning a context manager entered around each piece's pass only
+    (the LoRA routing of this request's adapter: other passes run between the yields).
+    """
+    given = sorted({int(c) for c in cuts if c > 0})
+    points = canonical_cuts(given, chunk)
     entry, start = None, 0
     for k in range(len(points) - 1, -1, -1):  # the longest stored cut
         found = exact_entry(store, ids, points[k], adapter, cuts=tuple(points[:k + 1]))
@@ -308,19 +361,21 @@ def prefix_chain(runner, store: PrefixKVStore | None, ids: Sequence[int], cuts: 
     reused = len(entry) if entry is not None else 0
     hidden = None
     for k in range(start, len(points)):
-        entry, hidden = prefill(runner, ids[:points[k]], entry)
+        with (context() if context is not None else contextlib.nullcontext()):
+            entry, hidden = prefill(runner, ids[:points[k]], entry)
         entry.adapter, entry.cuts = adapter, tuple(points[:k + 1])
         last = k == len(points) - 1
         if points[k] == static:
             entry.static = True
         if store is not None and ((points[k] == static and keep_static) or (last and keep_end)
-                                  or (k == 0 and keep_first)):
+                                  or (points[k] == given[0] and keep_first)):
             store.insert(entry)
+        yield
     return entry, hidden, reused
 
 
 def causal_batch_hidden(runner, batch, requests, store: PrefixKVStore, *, head: int = 0, static: int = 0,
-                        keep_static: bool = False, adapter: int = 0) -> torch.Tensor:
+                        keep_static: bool = False, adapter: int = 0, chunk: int = 0) -> torch.Tensor:
     """(B, L, D) final hidden states of a causal batch (linear requests), reusing cached prefixes.
 
     The rows' common canonical prefix (:func:`prefix_chain`: the frame head, then ``static``
@@ -341,12 +396,13 @@ def causal_batch_hidden(runner, batch, requests, store: PrefixKVStore, *, head: 
         static: the static prefix all rows share (0: none).
         keep_static: store the static piece.
         adapter: the LoRA adapter slot every row uses (the caller routes the passes to it).
+        chunk: the engine's chunk size (the canonical pieces of :func:`prefix_chain`).
     """
     first = requests[0].token_ids
     shared = shared_root_prefix(requests)
     cuts = [c for c in (head, static) if 0 < c <= shared]
     entry, _, base_len = prefix_chain(runner, store, first, cuts, static=static if static in cuts else 0,
-                                      keep_static=keep_static, adapter=adapter, keep_first=adapter != 0)
+                                      keep_static=keep_static, adapter=adapter, keep_first=adapter != 0, chunk=chunk)
     if len(requests) > 1 and store.worth_storing(shared, entry):
         entry, _ = prefill(runner, first[:shared], entry)
     n = len(entry) if entry is not None else 0
@@ -364,7 +420,7 @@ def causal_batch_hidden(runner, batch, requests, store: PrefixKVStore, *, head: 
 
 
 def mixed_causal_batch_hidden(runner, batch, requests, store: PrefixKVStore, *, head: int, slots: list[int],
-                              routing) -> torch.Tensor:
+                              routing, chunk: int = 0) -> torch.Tensor:
     """(B, L, D) hidden states of a causal batch whose rows use different LoRA adapters.
 
     Each adapter's frame head comes from ``store`` (or is prefilled and kept, under that adapter:
@@ -380,7 +436,8 @@ def mixed_causal_batch_hidden(runner, batch, requests, store: PrefixKVStore, *, 
     heads, reused = {}, {}
     for slot in dict.fromkeys(slots):
         with routing.use(slot):
-            heads[slot], _, reused[slot] = prefix_chain(runner, store, first, [head], adapter=slot, keep_first=slot != 0)
+            heads[slot], _, reused[slot] = prefix_chain(runner, store, first, [head], adapter=slot, keep_first=slot != 0,
+                                                          chunk=chunk)
     seen = set()
     for r, slot in zip(requests, slots):  # the first row of each adapter paid for its head when it was computed
         store.record(r.input_tokens, head if slot in seen or reused[slot] else 0)

@@ -17,6 +17,11 @@ Series:
   noulengine_prefix_cache_entries                gauge
   noulengine_prefix_cache_bytes                  gauge (keys and values held)
   noulengine_prefix_cache_capacity_bytes         gauge (0: cross-request prefix caching off)
+  noulengine_max_batch_tokens                    gauge (padded-token budget of one forward pass)
+  noulengine_chunk_tokens                        gauge (large requests run in chunks of at most this many
+                                                 tokens, answering others between them; 0: off)
+  noulengine_chunk_steps_total                   counter (chunks run for large requests)
+  noulengine_chunked_requests                    gauge (large requests being computed in chunks now)
   noulengine_adapter_batches_total{adapter}      counter (engine calls that served a LoRA adapter)
   noulengine_adapter_loaded{adapter}             gauge (1 loaded, 0 registered but evicted)
   noulengine_adapter_evictions_total             counter (least-recently-used unloads)
@@ -82,6 +87,7 @@ class Metrics:
         self.input_tokens = 0
         self.prefix_store = None  # the engine's PrefixKVStore, read at render time
         self.adapters = None  # the server's AdapterRegistry, read at render time
+        self.worker = None  # the BatchWorker (it sets itself), read at render time
         self.started = time.time()
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
@@ -124,9 +130,28 @@ class Metrics:
                     "# TYPE noulengine_queue_depth gauge", f"noulengine_queue_depth {self.queue_depth}",
                     "# HELP noulengine_input_tokens_total Packed input tokens fed to the model.",
                     "# TYPE noulengine_input_tokens_total counter", f"noulengine_input_tokens_total {self.input_tokens}"]
+            out += self._scheduling_lines()
             out += self._prefix_cache_lines()
             out += self._adapter_lines()
         return "\n".join(out) + "\n"
+
+    def _scheduling_lines(self) -> list[str]:
+        w = self.worker
+        if w is None:
+            return []
+        config = getattr(w.engine, "config", None)
+        series = [
+            ("max_batch_tokens", "gauge", "Padded-token budget of one forward pass.", w.max_batch_tokens),
+            ("chunk_tokens", "gauge", "Large requests run in chunks of at most this many tokens, others answered "
+             "between the chunks (0: off).", int(getattr(config, "chunk_tokens", 0) or 0)),
+            ("chunk_steps_total", "counter", "Chunks run for large requests.", w.chunk_steps),
+            ("chunked_requests", "gauge", "Large requests being computed in chunks now.", len(w._jobs)),
+        ]
+        out = []
+        for name, kind, help_text, value in series:
+            out += [f"# HELP noulengine_{name} {help_text}", f"# TYPE noulengine_{name} {kind}",
+                    f"noulengine_{name} {value}"]
+        return out
 
     def _adapter_lines(self) -> list[str]:
         reg = self.adapters

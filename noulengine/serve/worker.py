@@ -12,6 +12,15 @@ answered in the steps: split it into groups naming at most ``--max-loaded-adapte
 load its adapters (evicting least recently used ones), fail the requests whose adapter was deleted
 or no longer loads with that error (the rest of the group is answered), run ``decide_batch``, and
 trim the loaded set to the limit.
+
+Chunked scheduling (issue #56; vLLM / Sarathi-Serve chunked prefill): a request the engine computes
+in chunks (:meth:`~noulengine.Engine.is_chunked`: at least ``chunk_min_tokens`` and more
+than ``chunk_tokens`` packed tokens, naming no adapter) is not answered inside the gathered group:
+it becomes a job (:meth:`~noulengine.Engine.start_batch`) the worker runs one chunk at a time, the
+engine lock held for each chunk only. Between two chunks the worker gathers what arrived and answers
+it (one ``decide_batch`` call, as above), so small requests keep moving behind a large one; large
+jobs run oldest first. Each chunk's shapes and inputs depend on its own request alone, so every
+answer is the same bits as the request alone (``tests/test_chunked_scheduling.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +34,16 @@ import time
 from dataclasses import dataclass, field
 
 log = logging.getLogger("noulengine.serve")
+
+
+@dataclass
+class _Job:
+    """A large request answered one chunk per step (the engine's :class:`~noulengine.engine.engine.DecideJob`)."""
+
+    item: "_Item"
+    job: object
+    started: float
+    seconds: float = 0.0  # the worker's time spent on its steps
 
 
 class QueueFull(Exception):
@@ -64,9 +83,13 @@ class BatchWorker:
         self.max_wait_s = max(0.0, float(max_wait_ms)) / 1000.0
         self.max_queue = max(1, int(max_queue))
         self.metrics = metrics
+        if metrics is not None:
+            metrics.worker = self  # /metrics reports the batch and chunk settings and the chunks run
         self._queue: collections.deque[_Item] = collections.deque()
         self._cv = threading.Condition()
         self._in_flight = 0
+        self._jobs: list[_Job] = []  # large requests being answered in chunks, oldest first
+        self.chunk_steps = 0  # chunks run for large requests (reported on /metrics)
         self._stop = False
         self._thread: threading.Thread | None = None
 
@@ -121,16 +144,19 @@ class BatchWorker:
         return item.future
 
     # -- the loop -----------------------------------------------------------------------------
-    def _gather(self) -> list[_Item]:
+    def _gather(self, wait: bool = True) -> list[_Item]:
+        """The next group of queued requests; with ``wait=False`` (large jobs in flight) an empty
+        list at once when nothing is queued."""
+        running = len(self._jobs)
         with self._cv:
-            while not self._queue and not self._stop:
+            while wait and not self._queue and not self._stop:
                 self._cv.wait()
-            if self._stop:
+            if self._stop or not self._queue:
                 return []
             batch = [self._queue.popleft()]
             # Popped items count as in flight at once: cv.wait() below releases the lock, and
             # submit() must still see them when it checks max_queue.
-            self._in_flight = 1
+            self._in_flight = running + 1
             tokens = batch[0].tokens
             deadline = time.monotonic() + self.max_wait_s
             while len(batch) < self.max_batch_requests and tokens < self.max_batch_tokens:
@@ -139,29 +165,92 @@ class BatchWorker:
                     if tokens + nxt.tokens > self.max_batch_tokens:
                         break
                     batch.append(self._queue.popleft())
-                    self._in_flight = len(batch)
+                    self._in_flight = running + len(batch)
                     tokens += nxt.tokens
                     continue
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stop:
                     break
                 self._cv.wait(left)
-            self._in_flight = len(batch)
+            self._in_flight = running + len(batch)
             self._report_depth()
             return batch
 
     def _loop(self) -> None:
         while True:
-            batch = self._gather()
-            if not batch:
+            batch = self._gather(wait=not self._jobs)
+            if self._stop:
+                self._fail_jobs(RuntimeError("the server is shutting down"))
                 return
             try:
-                for group in self._groups(batch):
-                    self._answer(group)
+                small = []
+                for item in batch:
+                    if self._is_large(item):
+                        self._start_job(item)
+                    else:
+                        small.append(item)
+                if small:
+                    for group in self._groups(small):
+                        self._answer(group)
+                if self._jobs:
+                    self._step_job()
             finally:
                 with self._cv:
-                    self._in_flight = 0
+                    self._in_flight = len(self._jobs)
                     self._report_depth()
+
+    # -- chunked scheduling of large requests -------------------------------------------------
+    def _is_large(self, item: _Item) -> bool:
+        """Whether ``item`` is answered as a job, one chunk per step: the engine would chunk it
+        (:meth:`~noulengine.Engine.is_chunked`) and it names no adapter (an adapter may be loaded
+        or unloaded between steps; those requests are answered whole). Only scheduling depends on
+        this, never an answer's bits."""
+        probe = getattr(self.engine, "is_chunked", None)
+        config = getattr(self.engine, "config", None)
+        chunk = getattr(config, "chunk_tokens", 0) if config is not None else 0
+        if probe is None or not chunk or getattr(item.request, "adapter", None) is not None:
+            return False
+        if 2 * item.tokens < max(chunk, getattr(config, "chunk_min_tokens", 0)):
+            return False  # far below the threshold (the estimate overshoots): not worth compiling to check
+        try:
+            with self.engine_lock:
+                return bool(probe(item.request))
+        except Exception:  # noqa: BLE001 - a request that does not compile is answered (as an error) whole
+            return False
+
+    def _start_job(self, item: _Item) -> None:
+        with self.engine_lock:
+            job = self.engine.start_batch([item.request], batch_tokens=self.max_batch_tokens, on_error="record")
+        self._jobs.append(_Job(item, job, time.perf_counter()))
+
+    def _step_job(self) -> None:
+        """One chunk of the oldest large job; answer it when it is done."""
+        entry = self._jobs[0]
+        t0 = time.perf_counter()
+        try:
+            with self.engine_lock:
+                more = entry.job.step()
+        except BaseException as exc:  # noqa: BLE001 - its client gets an answer
+            log.exception("engine failure on a large request")
+            self._jobs.pop(0)
+            if not entry.item.future.done():
+                entry.item.future.set_exception(exc)
+            return
+        entry.seconds += time.perf_counter() - t0
+        self.chunk_steps += 1
+        if more:
+            return
+        self._jobs.pop(0)
+        decision = entry.job.decisions[0]
+        if self.metrics is not None:
+            self.metrics.observe_batch(1, time.perf_counter() - entry.started, decision.input_tokens)
+        entry.item.future.set_result(decision)
+
+    def _fail_jobs(self, exc: BaseException) -> None:
+        for entry in self._jobs:
+            if not entry.item.future.done():
+                entry.item.future.set_exception(exc)
+        self._jobs.clear()
 
     def _groups(self, batch: list[_Item]) -> list[list[_Item]]:
         """The batch split so that no group names more adapters than may be loaded at once."""
