@@ -43,18 +43,22 @@ class OutputWriteError(NoulEngineError):
         super().__init__(f"cannot write {self.path}: {reason}{code}" + (f"; {note}" if note else ""))
 
 
-def write_text_atomic(path: str | Path, text: str, *, encoding: str = "utf-8") -> Path:
-    """Write ``text`` to ``path`` through ``<path>.tmp`` and a rename.
+def write_atomic(path: str | Path, write, *, binary: bool = False, encoding: str = "utf-8",
+                 make_parent: bool = False) -> Path:
+    """Call ``write(fh)`` on ``<path>.tmp`` (its folder made first with ``make_parent``), then
+    rename it over ``path``: a failed write leaves the previous file or none, never half of one.
 
     Raises:
-        OutputWriteError: the temporary file could not be written or renamed (it is removed; the
-            target is unchanged).
+        OutputWriteError: the folder, the temporary file or the rename failed (a full disk, a
+            read-only folder), naming ``path``; the temporary file is removed, the target unchanged.
     """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "w", encoding=encoding) as fh:
-            fh.write(text)
+        if make_parent:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") if binary else open(tmp, "w", encoding=encoding) as fh:
+            write(fh)
             fh.flush()
         os.replace(tmp, path)
     except OSError as exc:
@@ -64,6 +68,16 @@ def write_text_atomic(path: str | Path, text: str, *, encoding: str = "utf-8") -
             pass
         raise OutputWriteError(path, exc, "its previous content, if any, is unchanged") from exc
     return path
+
+
+def write_text_atomic(path: str | Path, text: str, *, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` through ``<path>.tmp`` and a rename (:func:`write_atomic`).
+
+    Raises:
+        OutputWriteError: the temporary file could not be written or renamed (it is removed; the
+            target is unchanged).
+    """
+    return write_atomic(path, lambda fh: fh.write(text), encoding=encoding)
 
 
 def saving(path: str | Path, what: str = ""):

@@ -255,21 +255,28 @@ def verdict(chain: Chain) -> None:
     chain.run([PY, "scripts/adoption_verdict.py", "--dir", str(OUT), "--baseline-model", MODELS["v2"],
                "--candidate-model", MODELS["v3"]], ok=(0, 1, 3))
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def run_main(argv: list[str] | None, doc: str, steps_fn, script: str, done: str) -> int:
+    """A chain's command line: ``--plan`` prints the commands still to run; otherwise run
+    ``steps_fn(chain)`` with SIGTERM passed on to the running step (exit 75 when paused, 0 done)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plan", action="store_true", help="print the commands still to run, run nothing")
     args = ap.parse_args(argv)
     chain = Chain(dry=args.plan)
     previous = signal.signal(signal.SIGTERM, chain.on_sigterm)
     try:
-        steps(chain)
+        steps_fn(chain)
     except Paused:
-        print(f"paused: rerun `python scripts/candidate_chain.py` to continue (exit {EXIT_RESUMABLE})", flush=True)
+        print(f"paused: rerun `python {script}` to continue (exit {EXIT_RESUMABLE})", flush=True)
         return EXIT_RESUMABLE
     finally:
         signal.signal(signal.SIGTERM, previous)
-    print("chain done: runs/chain45/verdict.md (clause by clause), runs/chain45/compare/compare.md", flush=True)
+    print(f"chain done: {done}", flush=True)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(argv, __doc__, steps, "scripts/candidate_chain.py",
+                    "runs/chain45/verdict.md (clause by clause), runs/chain45/compare/compare.md")
 
 
 if __name__ == "__main__":

@@ -34,10 +34,8 @@ exit 75 then, 0 when every step is done.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-import signal
 import sys
 from pathlib import Path
 
@@ -45,9 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO))
 
-from candidate_chain import EVAL_WORKERS, PY, Chain, Paused  # noqa: E402
-
-from noulengine.train.checkpoint import EXIT_RESUMABLE  # noqa: E402
+from candidate_chain import EVAL_WORKERS, PY, Chain, run_main  # noqa: E402
 
 OUT = Path("runs/chain54")
 SELECTION = Path("runs/merge54/selection.json")
@@ -176,20 +172,8 @@ def steps(chain: Chain) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--plan", action="store_true", help="print the commands still to run, run nothing")
-    args = ap.parse_args(argv)
-    chain = Chain(dry=args.plan)
-    previous = signal.signal(signal.SIGTERM, chain.on_sigterm)
-    try:
-        steps(chain)
-    except Paused:
-        print(f"paused: rerun `python scripts/merge_chain.py` to continue (exit {EXIT_RESUMABLE})", flush=True)
-        return EXIT_RESUMABLE
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    print("chain done: runs/chain54/<candidate>/verdict.md and compare/compare.md", flush=True)
-    return 0
+    return run_main(argv, __doc__, steps, "scripts/merge_chain.py",
+                    "runs/chain54/<candidate>/verdict.md and compare/compare.md")
 
 
 if __name__ == "__main__":

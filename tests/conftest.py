@@ -212,3 +212,26 @@ def biased_head_engine(model, tokenizer, *, readout: str, label: str, bias: floa
         head.bias[sorted(tokens)] = bias
     m.set_output_embeddings(head)
     return Engine.from_model(m.eval(), tokenizer, readout=readout)
+
+
+def write_peft_adapter(model, folder, *, r: int, targets: list[str], seed: int, alpha: int | None = None,
+                       rslora: bool = False, scale: float = 0.3):
+    """Save a PEFT LoRA folder for ``model`` (left unchanged) with every factor drawn from N(0, scale²)
+    by a seeded generator: PEFT starts B at zero, an adapter with no effect to test. Returns ``folder``."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    from noulengine.models.peft_compat import quiet_peft_checkpointing_warning
+
+    with quiet_peft_checkpointing_warning():
+        peft_model = get_peft_model(copy.deepcopy(model), LoraConfig(
+            r=r, lora_alpha=alpha if alpha is not None else 2 * r, target_modules=targets, lora_dropout=0.0,
+            use_rslora=rslora))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * scale)
+    peft_model.save_pretrained(str(folder))
+    return folder

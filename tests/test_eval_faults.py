@@ -17,19 +17,7 @@ import pytest
 
 from noulengine import Engine
 from noulengine.writes import EXIT_WRITE_ERROR
-from tests.conftest import SHARED_DATA
-
-FULL = Path("/dev/full")
-needs_dev_full = pytest.mark.skipif(not FULL.is_char_device(), reason="no /dev/full device on this system")
-needs_jevbench = pytest.mark.skipif(not (SHARED_DATA / "jevbench" / "easy.jsonl").is_file(),
-                                    reason="shared jevbench data not present")
-
-
-def _full(path: Path) -> Path:
-    """Make ``path`` a symlink to /dev/full: writing it fails with ENOSPC."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.symlink_to(FULL)
-    return path
+from tests.test_write_errors import _full, needs_dev_full, needs_jevbench  # the same /dev/full helpers
 
 
 @pytest.fixture()

@@ -17,7 +17,7 @@ import torch
 from noulengine import Engine
 from noulengine.models.merge import (MergeError, delta_weights, main, merge_adapters, parse_source,
                                      resolve_sources)
-from tests.conftest import three_question_request
+from tests.conftest import three_question_request, write_peft_adapter
 
 peft = pytest.importorskip("peft")
 
@@ -34,22 +34,10 @@ TRAINING = {"format": "noulengine-training", "version": 1, "base_model": {"name"
 @pytest.fixture(scope="module")
 def sources(tiny_llama, tmp_path_factory):
     """Three PEFT LoRA folders (random non-zero B) with a noulengine training.json each."""
-    from peft import LoraConfig, get_peft_model
-
-    from noulengine.models.peft_compat import quiet_peft_checkpointing_warning
-
     root = tmp_path_factory.mktemp("merge-sources")
     out = {}
     for k, (name, (r, targets)) in enumerate(SPECS.items()):
-        with quiet_peft_checkpointing_warning():
-            model = get_peft_model(copy.deepcopy(tiny_llama), LoraConfig(r=r, lora_alpha=2 * r, target_modules=targets,
-                                                                          lora_dropout=0.0))
-        gen = torch.Generator().manual_seed(200 + k)
-        with torch.no_grad():
-            for pname, p in model.named_parameters():
-                if "lora_" in pname:
-                    p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
-        model.save_pretrained(str(root / name))
+        write_peft_adapter(tiny_llama, root / name, r=r, targets=targets, seed=200 + k)
         (root / name / "training.json").write_text(json.dumps({**TRAINING, "name": f"tiny-{name}"}))
         out[name] = root / name
     return out

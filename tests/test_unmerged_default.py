@@ -17,26 +17,13 @@ import torch
 from noulengine import Engine
 from noulengine.engine.engine import precheck_adapters
 from noulengine.engine.lora import AdapterError
-from tests.conftest import three_question_request
+from tests.conftest import three_question_request, write_peft_adapter
 
 peft = pytest.importorskip("peft")
 
 
 def _peft_folder(model, folder, seed: int, r: int = 4):
-    from peft import LoraConfig, get_peft_model
-
-    from noulengine.models.peft_compat import quiet_peft_checkpointing_warning
-
-    with quiet_peft_checkpointing_warning():
-        pm = get_peft_model(copy.deepcopy(model), LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0,
-                                                             target_modules=["q_proj", "v_proj", "down_proj"]))
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in pm.named_parameters():
-            if "lora_" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
-    pm.save_pretrained(str(folder))
-    return folder
+    return write_peft_adapter(model, folder, r=r, targets=["q_proj", "v_proj", "down_proj"], seed=seed)
 
 
 @pytest.fixture(scope="module")

@@ -78,27 +78,13 @@ def plot_reliability(confidences, correct, path, title: str = "Reliability", n_b
 
 
 def _save_atomic(fig, out: Path) -> None:
-    """Draw ``fig`` as a PNG into ``<out>.tmp``, then rename it over ``out`` (as
-    :func:`noulengine.writes.write_text_atomic` does for text): a failed write leaves no half image.
+    """Draw ``fig`` as a PNG into ``<out>.tmp``, then rename it over ``out``
+    (:func:`noulengine.writes.write_atomic`): a failed write leaves no half image.
 
     Raises:
         OutputWriteError: the folder, the temporary file or the rename failed (a full disk, a
             read-only folder), naming ``out``; the temporary file is removed.
     """
-    import os
+    from noulengine.writes import write_atomic
 
-    from noulengine.writes import OutputWriteError
-
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as fh:
-            fig.savefig(fh, format="png")
-            fh.flush()
-        os.replace(tmp, out)
-    except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise OutputWriteError(out, exc, "its previous content, if any, is unchanged") from exc
+    write_atomic(out, lambda fh: fig.savefig(fh, format="png"), binary=True, make_parent=True)
