@@ -90,6 +90,18 @@ EVALS = [
 EVAL_WORKERS = 2
 
 
+def evaluate(chain: "Chain", flags: list[str], model: str, out: Path) -> None:
+    """One evaluation as ``EVAL_WORKERS`` shard workers side by side, then the checked merge: two
+    workers of one thread each answer 1.28x the requests per second of one process of two threads
+    on this 2-core CPU (AG News, 400 rows, session 24); a rerun on finished worker folders only
+    rescores them, and the merge is checked and idempotent."""
+    workers = [[PY, "-m", "noulengine.eval", *flags, "--model", model, "--no-plots", "--no-progress",
+                "--output", str(out), "--workers", str(EVAL_WORKERS), "--worker", str(r)] for r in range(EVAL_WORKERS)]
+    chain.run_together(workers, env={"NOULENGINE_THREADS": "1"})
+    chain.run([PY, "-m", "noulengine.eval", "--output", str(out), "--merge", "--workers", str(EVAL_WORKERS),
+               "--no-plots"])
+
+
 class Paused(Exception):
     """A step stopped early on SIGTERM with what it had saved; the same command continues it."""
 
@@ -211,15 +223,7 @@ def steps(chain: Chain) -> None:
         for label, model in MODELS.items():
             out = OUT / f"{label}-{suffix}"
             runs[label].append(str(out))
-            # two workers of one thread each answer 1.28x the requests per second of one process of
-            # two threads on this 2-core CPU (AG News, 400 rows, session 24); a rerun on finished
-            # worker folders only rescores them, and the merge is checked and idempotent
-            workers = [[PY, "-m", "noulengine.eval", *flags, "--model", model, "--no-plots", "--no-progress",
-                        "--output", str(out), "--workers", str(EVAL_WORKERS), "--worker", str(r)]
-                       for r in range(EVAL_WORKERS)]
-            chain.run_together(workers, env={"NOULENGINE_THREADS": "1"})
-            chain.run([PY, "-m", "noulengine.eval", "--output", str(out), "--merge", "--workers", str(EVAL_WORKERS),
-                       "--no-plots"])
+            evaluate(chain, flags, model, out)
     chain.run([PY, "-m", "noulengine", "compare", *(f"{label}={','.join(r)}" for label, r in runs.items()),
                "--output", str(OUT / "compare")])
     # a timing: nothing else of the chain runs beside it

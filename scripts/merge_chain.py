@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO))
 
-from candidate_chain import EVAL_WORKERS, PY, Chain, run_main  # noqa: E402
+from candidate_chain import PY, Chain, evaluate, run_main  # noqa: E402
 
 OUT = Path("runs/chain54")
 SELECTION = Path("runs/merge54/selection.json")
@@ -149,12 +149,7 @@ def steps(chain: Chain) -> None:
         for label, model in ((BASELINE_LABEL, BASELINE), *standing.items()):
             out = OUT / "evals" / f"{label}-{group}"
             runs[label].append(str(out))
-            workers = [[PY, "-m", "noulengine.eval", *flags, "--model", model, "--no-plots", "--no-progress",
-                        "--output", str(out), "--workers", str(EVAL_WORKERS), "--worker", str(r)]
-                       for r in range(EVAL_WORKERS)]
-            chain.run_together(workers, env={"NOULENGINE_THREADS": "1"})
-            chain.run([PY, "-m", "noulengine.eval", "--output", str(out), "--merge", "--workers", str(EVAL_WORKERS),
-                       "--no-plots"])
+            evaluate(chain, flags, model, out)
         for label in standing:  # one comparison per candidate: compare keeps the suites its runs share
             chain.run([PY, "-m", "noulengine", "compare", f"{BASELINE_LABEL}={','.join(runs[BASELINE_LABEL])}",
                        f"{label}={','.join(runs[label])}", "--output", str(OUT / label / "compare")])
