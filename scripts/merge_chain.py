@@ -47,6 +47,9 @@ from candidate_chain import PY, Chain, evaluate, run_main  # noqa: E402
 
 OUT = Path("runs/chain54")
 SELECTION = Path("runs/merge54/selection.json")
+# where a session commits the chain's small, slow-to-remake state for a fresh clone: the selection
+# (an hour of CPU) and each candidate's calibration.json (minutes each); the merges are rebuilt
+COMMITTED = Path("training-checkpoints/merge54")
 V6_DATA = Path("runs/train-v6/data")
 BASELINE_LABEL, BASELINE = "v2", "noul-smollm2-135m-v2"
 # (group, eval flags), in the order that decides soonest
@@ -77,16 +80,39 @@ def source_folder(label: str) -> Path:
     return REPO / merge_selection.model_path(label)
 
 
+def restore(chain: Chain) -> None:
+    """On a fresh clone, copy the committed selection (``COMMITTED/selection.json`` and its scores)
+    into ``runs/merge54/``; nothing when the selection is there already."""
+    src = REPO / COMMITTED / "selection.json"
+    if (REPO / SELECTION).is_file() or not src.is_file():
+        return
+    print(f"+ cp {COMMITTED}/selection.json {COMMITTED}/scores {SELECTION.parent}/", flush=True)
+    if not chain.dry:
+        (REPO / SELECTION).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, REPO / SELECTION)
+        if (REPO / COMMITTED / "scores").is_dir():
+            shutil.copytree(REPO / COMMITTED / "scores", REPO / SELECTION.parent / "scores", dirs_exist_ok=True)
+
+
 def calibrate(chain: Chain, label: str, folder: str) -> None:
-    """Copy the candidate in (adapter, config, training.json) and fit its temperatures there."""
+    """Copy the candidate in (adapter, config, training.json; a merge rebuilt first when missing,
+    deterministically) and fit its temperatures there, or take the committed ones (checked
+    against the adapter's bytes when the model loads)."""
+    import merge_selection
+
     dest = REPO / folder
     if (dest / "calibration.json").is_file():
         return
+    committed = REPO / COMMITTED / label / "calibration.json"
     if not chain.dry:
+        merge_selection.build(label)
         src = source_folder(label)
         dest.mkdir(parents=True, exist_ok=True)
         for f in ("adapter_config.json", "adapter_model.safetensors", "training.json"):
             shutil.copy2(src / f, dest / f)
+        if committed.is_file():
+            shutil.copy2(committed, dest / "calibration.json")
+            return
     from make_validation import DEFAULT_OUT
 
     chain.run([PY, "-m", "noulengine", "calibrate", "--validation", str(DEFAULT_OUT / "agnews.jsonl"),
@@ -126,6 +152,7 @@ def verdicts(chain: Chain, models: dict[str, str]) -> dict[str, str]:
 
 
 def steps(chain: Chain) -> None:
+    restore(chain)
     if not (REPO / SELECTION).is_file():
         if not (REPO / V6_DATA / "data.json").is_file():
             chain.run([PY, "scripts/train_default.py", "--steps", "data", "--mix", "v6", "--work", str(V6_DATA.parent)])
