@@ -120,11 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     config_from_args(args)  # fail fast on unsafe flags before loading the model
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from noulengine.cli import engine_from_args
-    from noulengine.threads import cli_threads
-
-    threads = cli_threads()  # NOULENGINE_THREADS, else the usable physical cores
-    logging.getLogger("noulengine.serve").info("torch CPU threads: %d (%s)", threads["threads"], threads["source"])
     from noulengine.cli import adapter_specs
     from noulengine.engine.engine import precheck_adapters
     from noulengine.engine.lora import AdapterError, check_adapter_folder
@@ -138,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     except AdapterError as exc:
         print(f"error: --adapter: {exc}", file=sys.stderr)
         return 2
+    from noulengine.cli import engine_from_args
+    from noulengine.threads import cli_threads
+
+    threads = cli_threads()  # NOULENGINE_THREADS, else the usable physical cores (after the refusals: one line)
+    logging.getLogger("noulengine.serve").info("torch CPU threads: %d (%s)", threads["threads"], threads["source"])
     # a trained --model (the default too) is served unmerged when adapters can be named, so they
     # join its base; registered (and loaded) by create_app, which tracks them
     engine = engine_from_args(args, unmerged=bool(adapters or args.adapter_root))
