@@ -90,11 +90,11 @@ def parse_source(text: str) -> tuple[str, float]:
     try:
         w = float(weight)
     except ValueError:
-        raise MergeError(f"source {text!r}: the weight after ':' must be a number, got {weight!r}") from None
+        raise MergeError(f"merge: source {text!r}: the weight after ':' must be a number, got {weight!r}") from None
     if w != w or w in (float("inf"), float("-inf")):
-        raise MergeError(f"source {text!r}: the weight must be finite, got {weight!r}")
+        raise MergeError(f"merge: source {text!r}: the weight must be finite, got {weight!r}")
     if not spec:
-        raise MergeError(f"source {text!r}: give SOURCE:WEIGHT (a shipped model's name or a folder)")
+        raise MergeError(f"merge: source {text!r}: give SOURCE:WEIGHT (a shipped model's name or a folder)")
     return spec, w
 
 
@@ -347,7 +347,8 @@ def main(argv: list[str] | None = None, prog: str = "noulengine merge") -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     record = json.loads((out / "training.json").read_text(encoding="utf-8"))["merge"]
-    parts = " + ".join(f"{s['weight']:g}·{s['name']}" for s in record["sources"])
+    parts = " + ".join(f"{s['weight']:g}·{s['spec']}" + (f" ({s['name']})" if s["name"] != s["spec"] else "")
+                       for s in record["sources"])
     print(f"merged {parts} ({args.method}, rank {record['rank']}) into {out} (adapter sha256 "
           f"{record['adapter_sha256'][:12]}…); calibrate it: noulengine calibrate --model {out} ...")
     return 0
