@@ -177,10 +177,33 @@ def test_bad_arguments_are_refused_before_any_model_loads(sources, tmp_path):
     (tmp_path / "full" / "f").write_text("x")
     with pytest.raises(MergeError, match="exists and is not empty"):
         merge_adapters(pairs, tmp_path / "full")
+    for out in (sources["a"], sources["a"].parent):  # the output is a source, or holds one: never overwritten
+        with pytest.raises(MergeError, match="would destroy the source"):
+            merge_adapters(pairs, out, overwrite=True)
+    assert (sources["a"] / "adapter_model.safetensors").is_file()
+    with pytest.raises(MergeError, match="above the sources' summed rank 4"):
+        merge_adapters(pairs, tmp_path / "x", method="svd", svd_rank=5)
     assert parse_source("a:b:0.25") == ("a:b", 0.25) and parse_source("v2") == ("v2", 1.0)
     for bad in ("x:nan", "x:abc", ":1"):
         with pytest.raises(MergeError):
             parse_source(bad)
+
+
+def test_a_weight_that_overflows_float32_writes_nothing(tiny_llama, sources, tmp_path):
+    with pytest.raises(MergeError, match="non-finite values .*nothing was written"):
+        _merge(tiny_llama, [(str(sources["a"]), 1e308)], tmp_path / "inf")
+    assert not (tmp_path / "inf").exists()
+
+
+def test_a_config_peft_cannot_read_is_one_error_naming_the_sources(tiny_llama, sources, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(sources["a"], bad)
+    config = json.loads((bad / "adapter_config.json").read_text())
+    (bad / "adapter_config.json").write_text(json.dumps({**config, "r": "x"}))
+    with pytest.raises(MergeError, match=r"PEFT could not load or combine the sources .*bad"):
+        _merge(tiny_llama, [(str(bad), 1.0)], tmp_path / "o")
 
 
 def test_the_command_line_refuses_in_one_line_with_exit_2(sources, tmp_path, capsys):

@@ -99,6 +99,8 @@ def test_an_adapter_on_another_base_is_refused_before_the_model_loads(trained, t
     with pytest.raises(AdapterError, match="needs adapter_config.json"):
         precheck_adapters(str(trained["model"]), {"x": str(tmp_path / "missing")})
     assert precheck_adapters(str(trained["model"]), {"o": str(trained["other"])}) == trained["model"]
+    with pytest.raises(AdapterError, match="'tiny-trained' is the name of the model itself"):
+        precheck_adapters(str(trained["model"]), {"tiny-trained": str(trained["other"])})
 
 
 def test_a_shipped_name_registers_as_its_folder_on_the_server(tiny_llama, tiny_tokenizer):

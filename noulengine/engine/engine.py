@@ -91,6 +91,11 @@ def precheck_adapters(name_or_path, adapters: dict, dtype: str | None = None) ->
         training = read_training(folder) if folder.is_dir() else None
         if training is not None and (folder / ADAPTER_CONFIG).is_file():
             trained, base_sha = folder, (training.get("base_model") or {}).get("sha256")
+    if trained is not None:
+        own = (read_training(trained) or {}).get("name") or trained.name
+        if own in adapters:
+            raise AdapterError(f"--adapter {own}=...: {own!r} is the name of the model itself (it answers every "
+                               "request that names no adapter); give the adapter another name")
     if adapters and dtype == "int8":
         raise AdapterError("adapters are served on float weights only, and --dtype int8 quantizes them: drop "
                            "--dtype int8 to serve --adapter")

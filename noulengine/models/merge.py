@@ -205,13 +205,29 @@ def merge_adapters(pairs: list[tuple[str, float]], output: str | os.PathLike, *,
     if output.exists() and any(output.iterdir()) and not overwrite:
         raise MergeError(f"merge: output {output} exists and is not empty (pass --overwrite to replace it)")
     sources = resolve_sources(pairs)
+    out_resolved = output.resolve()
+    for src in sources:
+        folder = src.folder.resolve()
+        if out_resolved == folder or out_resolved in folder.parents:
+            raise MergeError(f"merge: output {output} is source {src.spec!r} or holds it ({folder}); writing there "
+                             "would destroy the source: choose another --output")
     total_rank = sum(s.rank for s in sources)
     if method != "linear":
         svd_rank = total_rank if svd_rank is None else svd_rank
         if svd_rank < 1:
             raise MergeError(f"merge: --svd-rank must be at least 1, got {svd_rank}")
+        if method == "svd" and svd_rank > total_rank:
+            raise MergeError(f"merge: --svd-rank {svd_rank} is above the sources' summed rank {total_rank}: their "
+                             f"weighted sum has rank at most {total_rank} (use --method linear for it exactly)")
     rank = total_rank if method == "linear" else svd_rank
-    model = _merged_peft_model(sources, method, density, svd_rank, seed, base)
+    try:
+        model = _merged_peft_model(sources, method, density, svd_rank, seed, base)
+    except MergeError:
+        raise
+    except Exception as exc:  # PEFT's own checks of a source's config (a non-integer r, unknown modules, ...)
+        names = ", ".join(repr(x.spec) for x in sources)
+        raise MergeError(f"merge: PEFT could not load or combine the sources {names} ({type(exc).__name__}: "
+                         f"{exc})") from None
     with tempfile.TemporaryDirectory(dir=output.parent if output.parent.is_dir() else None) as tmp:
         model.save_pretrained(tmp, selected_adapters=["merged"])
         saved = Path(tmp) / "merged"  # PEFT writes a non-default adapter into a folder of its name
@@ -220,8 +236,10 @@ def merge_adapters(pairs: list[tuple[str, float]], output: str | os.PathLike, *,
         staging.mkdir()
         for f in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
             shutil.copy2(saved / f, staging / f)
+        _check_finite(staging / ADAPTER_WEIGHTS, sources)
         config = json.loads((staging / ADAPTER_CONFIG).read_text(encoding="utf-8"))
         config["base_model_name_or_path"] = _base_of(sources[0])[1]
+        rank = int(config.get("r", rank))  # what PEFT wrote (an SVD rank is capped by the matrices' size)
         (staging / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         record = _training_record(sources, method, density, rank, seed, name or output.name, staging)
         (staging / "training.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
@@ -265,6 +283,23 @@ def _merged_peft_model(sources: list[MergeSource], method: str, density: float |
     with torch.no_grad():
         model.add_weighted_adapter(names, [s.weight for s in sources], adapter_name="merged", **kwargs)
     return model
+
+
+def _check_finite(weights: Path, sources: list[MergeSource]) -> None:
+    """Refuse merged factors with an inf or NaN (a weight too large for float32, say) before they
+    are written where a model would load them.
+
+    Raises:
+        MergeError: naming the first such tensor and the sources' weights.
+    """
+    import torch
+    from safetensors.torch import load_file
+
+    for key, t in load_file(str(weights)).items():
+        if not torch.isfinite(t).all():
+            shown = ", ".join(f"{s.spec}:{s.weight:g}" for s in sources)
+            raise MergeError(f"merge: the merged factor {key!r} holds non-finite values (weights {shown}: too large "
+                             "for float32?); nothing was written")
 
 
 def _base_spec(source: MergeSource) -> str:
