@@ -38,6 +38,8 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import DEFAULT_MAX_LENGTH, _add_special_kwargs, has_bos_prefix, resolve_max_length
 from tqdm import tqdm
 
+from noulengine.records.errors import NoulEngineError
+
 log = logging.getLogger(__name__)
 
 MODEL_NAME = "noulengine"
@@ -49,7 +51,7 @@ class ModelArgsError(ValueError):
     """A ``--model_args`` value noulengine cannot use; the message names the argument and the rule."""
 
 
-class GenerationRefused(NotImplementedError):
+class GenerationRefused(NoulEngineError, ValueError):
     """A request type noulengine does not serve (text generation); one line saying what to run instead."""
 
 
