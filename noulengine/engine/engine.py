@@ -62,7 +62,8 @@ class Temperatures(Protocol):
     def temperature_for(self, qtype: str, num_candidates: int) -> float: ...
 
 
-def precheck_adapters(name_or_path, adapters: dict, dtype: str | None = None) -> Path | None:
+def precheck_adapters(name_or_path, adapters: dict, dtype: str | None = None, *,
+                      max_bytes: int | None = None) -> Path | None:
     """Check, before any weights load, that ``adapters`` (``{name: folder or shipped name}``) can
     join the model ``name_or_path`` (anything :meth:`Engine.from_pretrained` takes).
 
@@ -73,10 +74,11 @@ def precheck_adapters(name_or_path, adapters: dict, dtype: str | None = None) ->
 
     Raises:
         AdapterError: int8 weights (adapters need float weights: drop ``--dtype int8``); a folder
-            that is not a LoRA adapter; an adapter trained on another base than the model's (naming
+            that is not a LoRA adapter (its files, config and safetensors header, and its factors'
+            size against ``max_bytes``: nothing of the factors is read here); an adapter trained on another base than the model's (naming
             both, and the ``--model`` that serves it).
     """
-    from noulengine.engine.lora import ADAPTER_CONFIG
+    from noulengine.engine.lora import ADAPTER_CONFIG, check_adapter_folder
     from noulengine.models.embedded import embedded_base
     from noulengine.models.loading import (BASE_ALIAS, ModelNotFoundError, check_shipped_pin, default_base,
                                            default_model_spec, is_base_name, read_training, shipped_model_dir)
@@ -107,11 +109,13 @@ def precheck_adapters(name_or_path, adapters: dict, dtype: str | None = None) ->
                 check_shipped_pin(folder)
             except ModelNotFoundError as exc:
                 raise AdapterError(f"adapter {name!r}: {exc}") from None
-        adapter = read_adapter(name, folder)
-        if adapter.base_sha256 and base_sha and adapter.base_sha256 != base_sha:
-            raise AdapterError(f"adapter {name!r} ({folder}) was trained on base {adapter.base_name!r} (sha256 "
-                               f"{adapter.base_sha256[:12]}…), and {shown} is on another base (sha256 "
-                               f"{base_sha[:12]}…): serve it with --model {adapter.base_name} (its base)")
+        check_adapter_folder(name, folder, max_bytes=max_bytes)  # config and header: no factor is read
+        theirs = ((read_training(folder) or {}).get("base_model") or {})
+        their_sha, their_name = theirs.get("sha256"), theirs.get("spec") or theirs.get("name")
+        if their_sha and base_sha and their_sha != base_sha:
+            raise AdapterError(f"adapter {name!r} ({folder}) was trained on base {their_name!r} (sha256 "
+                               f"{their_sha[:12]}…), and {shown} is on another base (sha256 "
+                               f"{base_sha[:12]}…): serve it with --model {their_name} (its base)")
     return trained
 
 

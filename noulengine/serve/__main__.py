@@ -122,14 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from noulengine.cli import adapter_specs
     from noulengine.engine.engine import precheck_adapters
-    from noulengine.engine.lora import AdapterError, check_adapter_folder
-    from noulengine.models.loading import shipped_model_dir
+    from noulengine.engine.lora import AdapterError
 
     adapters = adapter_specs(args.adapter)
     try:  # an adapter that cannot join the model is refused before the model loads: one line, exit 2
-        for name, path in adapters.items():  # the folder, its files and the size cap, from the header
-            check_adapter_folder(name, shipped_model_dir(path) or path, max_bytes=args.max_adapter_bytes)
-        precheck_adapters(args.model, adapters, args.dtype)
+        precheck_adapters(args.model, adapters, args.dtype, max_bytes=args.max_adapter_bytes)
     except AdapterError as exc:
         print(f"error: --adapter: {exc}", file=sys.stderr)
         return 2
