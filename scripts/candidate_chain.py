@@ -111,6 +111,7 @@ class Chain:
 
     def __init__(self, dry: bool = False):
         self.dry, self.stop, self.children = dry, False, []
+        self.switches: dict[str, bool] = {}  # a chain's own on/off flags (run_main's ``switches``)
         self.restored: dict[Path, str] = {}  # run folder -> "checkpoint" | "finished" (what --plan would copy)
         self.built: set[Path] = set()  # run folders whose data step ran (or, under --plan, would run)
 
@@ -259,13 +260,20 @@ def verdict(chain: Chain) -> None:
     chain.run([PY, "scripts/adoption_verdict.py", "--dir", str(OUT), "--baseline-model", MODELS["v2"],
                "--candidate-model", MODELS["v3"]], ok=(0, 1, 3))
 
-def run_main(argv: list[str] | None, doc: str, steps_fn, script: str, done: str) -> int:
+def run_main(argv: list[str] | None, doc: str, steps_fn, script: str, done: str,
+             switches: dict[str, str] | None = None) -> int:
     """A chain's command line: ``--plan`` prints the commands still to run; otherwise run
-    ``steps_fn(chain)`` with SIGTERM passed on to the running step (exit 75 when paused, 0 done)."""
+    ``steps_fn(chain)`` with SIGTERM passed on to the running step (exit 75 when paused, 0 done).
+    ``switches`` maps a chain's own on/off flags (``--record``) to their help; each is set on
+    ``chain.switches`` by its name without dashes."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plan", action="store_true", help="print the commands still to run, run nothing")
+    for flag, text in (switches or {}).items():
+        ap.add_argument(flag, action="store_true", help=text)
     args = ap.parse_args(argv)
     chain = Chain(dry=args.plan)
+    chain.switches = {flag.lstrip("-").replace("-", "_"): getattr(args, flag.lstrip("-").replace("-", "_"))
+                      for flag in (switches or {})}
     previous = signal.signal(signal.SIGTERM, chain.on_sigterm)
     try:
         steps_fn(chain)

@@ -23,6 +23,9 @@ Steps (docs/results.md, "Merging v2 with the later adapters (issue #54)"):
    candidate over every group done so far (``runs/chain54/<name>/compare``) and its verdict; a candidate whose verdict is already "keep the
    baseline" (a clause failed, with its interval) is evaluated no further: the rule needs one
    failed clause, and the CPU hours go to the candidates still standing.
+   With ``--record`` a candidate that failed a clause is evaluated on every group all the same, so
+   that its comparisons against v2 exist for the record (the issue's "v2 stays with the
+   comparisons"); its verdict is unchanged by them.
 5. ``speed``: ``experiments/compare_models_speed.py`` for each candidate still standing (nothing
    else of the chain runs beside it), then the final verdicts: ``runs/chain54/<name>/verdict.md``.
 
@@ -168,7 +171,7 @@ def steps(chain: Chain) -> None:
                                       str(OUT / "tickets.json")])
     standing = {label: folder for label, folder, v in
                 ((lab, f, v) for (lab, f), v in zip(models.items(), verdicts(chain, models).values()))
-                if v != "keep the baseline"}
+                if v != "keep the baseline" or chain.switches.get("record")}
     runs: dict[str, list[str]] = {label: [] for label in (BASELINE_LABEL, *models)}
     for group, flags in EVALS:
         if not standing:
@@ -182,11 +185,14 @@ def steps(chain: Chain) -> None:
                        f"{label}={','.join(runs[label])}", "--output", str(OUT / label / "compare")])
         decided = verdicts(chain, standing)
         for label, v in decided.items():
-            if v == "keep the baseline":
+            if v == "keep the baseline" and not chain.switches.get("record"):
                 print(f"# {label}: a clause failed after {group}; evaluated no further (runs/chain54/{label}/"
                       "verdict.md)", flush=True)
                 del standing[label]
+    failed = {label for label, v in verdicts(chain, standing).items() if v == "keep the baseline"} if standing else set()
     for label, folder in standing.items():  # a timing: nothing else of the chain runs beside it
+        if label in failed:  # --record: a candidate already kept out needs no timing
+            continue
         once(chain, OUT / label / "speed.json", [PY, "experiments/compare_models_speed.py", "--a", BASELINE,
                                                 "--b", folder, "--threads", "2", "--output",
                                                 str(OUT / label / "speed.json")])
@@ -195,7 +201,9 @@ def steps(chain: Chain) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     return run_main(argv, __doc__, steps, "scripts/merge_chain.py",
-                    "runs/chain54/<candidate>/verdict.md and compare/compare.md")
+                    "runs/chain54/<candidate>/verdict.md and compare/compare.md",
+                    {"--record": "evaluate every candidate on every suite group even after a clause failed, "
+                                 "for the record (its verdict does not change)"})
 
 
 if __name__ == "__main__":
