@@ -295,6 +295,22 @@ def canonical_cuts(cuts: Sequence[int], chunk: int = 0) -> list[int]:
     return out
 
 
+def leading_entry(entry: PrefixEntry, n: int, *, cuts: tuple[int, ...], static: bool = False) -> PrefixEntry:
+    """The entry of ``entry``'s first ``n`` tokens: its keys and values cut to ``n`` positions and
+    copied (a view would keep the whole longer entry's tensors alive, bytes the store does not
+    count). Bit-identical to computing those ``n`` tokens along ``cuts`` when ``entry`` was computed
+    along ``cuts`` and further pieces after them: a causal prefix's keys and values never depend on
+    what follows it.
+
+    Raises:
+        ValueError: ``n`` is not inside ``entry`` (``0 < n < len(entry)``).
+    """
+    if not 0 < n < len(entry):
+        raise ValueError(f"leading_entry: {n} tokens are not inside an entry of {len(entry)}")
+    return PrefixEntry(entry.ids[:n], [k[:, :, :n].clone() for k in entry.keys],
+                       [v[:, :, :n].clone() for v in entry.values], static=static, adapter=entry.adapter, cuts=cuts)
+
+
 def drain(steps):
     """Run a step generator (``prefix_chain_steps``, ``chunked_hidden_steps``, the engine's
     ``_run_steps``) to its end and return its return value."""
@@ -359,6 +375,15 @@ def prefix_chain_steps(runner, store: PrefixKVStore | None, ids: Sequence[int], 
             entry, start = found, k + 1
             break
     reused = len(entry) if entry is not None else 0
+    if store is not None and entry is not None:
+        # a cut to keep that lies inside the longer entry found (a state seen before, whose
+        # schema is admitted only now): its entry is the found one's first tokens, the same bits
+        # (computed along the same pieces; causal attention), so it is stored without a pass
+        for k in range(start - 1):
+            if (points[k] == static and keep_static) or (points[k] == given[0] and keep_first):
+                if exact_entry(store, ids, points[k], adapter, cuts=tuple(points[:k + 1])) is None:
+                    store.insert(leading_entry(entry, points[k], cuts=tuple(points[:k + 1]),
+                                               static=points[k] == static))
     hidden = None
     for k in range(start, len(points)):
         with (context() if context is not None else contextlib.nullcontext()):
