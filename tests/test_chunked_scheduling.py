@@ -184,6 +184,74 @@ def test_the_worker_answers_small_requests_between_the_chunks_of_a_large_one(tin
     assert f"noulengine_chunk_steps_total {w.chunk_steps}" in text
 
 
+def test_requests_behind_a_large_one_are_answered_a_chunks_worth_per_step(tiny_llama, tiny_tokenizer, monkeypatch):
+    """Sarathi's token budget per step: small requests queued while a large one runs are answered
+    oldest first, at most ``chunk_tokens`` estimated tokens per step (at least one request), each
+    step followed by one of the large request's chunks; with no large request in flight the worker
+    gathers up to ``max_batch_tokens`` as before. Answers are each request's bits alone."""
+    import noulengine.engine.engine as engine_module
+    from noulengine.records.schema import request_from_json
+    from noulengine.serve.worker import BatchWorker, estimate_tokens
+
+    large = _large(STATE)
+    smalls = [_linear({"ticket": f"ticket {i}: please refund order {4400 + i}"}) for i in range(4)]
+    reqs = [request_from_json(r) for r in smalls]
+    assert all(estimate_tokens(r) * 2 > CHUNK for r in reqs)  # two never fit one step's budget
+    want = [_engine(tiny_llama, tiny_tokenizer).decide(r) for r in smalls]
+
+    started, release = threading.Event(), threading.Event()
+    real = engine_module.chunked_hidden_steps
+
+    def gated(*args, **kwargs):
+        steps = real(*args, **kwargs)
+        started.set()
+        release.wait(60)
+        return (yield from steps)
+
+    monkeypatch.setattr(engine_module, "chunked_hidden_steps", gated)
+    engine = _engine(tiny_llama, tiny_tokenizer)
+    w = BatchWorker(engine, max_wait_ms=1)
+    assert w.step_tokens == CHUNK
+    log = []  # ("batch", n requests, chunk steps so far) per small step
+    real_decide = engine.decide_batch
+
+    def recording(batch, **kw):
+        batch = list(batch)
+        log.append((len(batch), w.chunk_steps))
+        return real_decide(batch, **kw)
+
+    monkeypatch.setattr(engine, "decide_batch", recording)
+    w.start()
+    try:
+        big = w.submit(request_from_json(large))
+        assert started.wait(60)
+        futures = [w.submit(r) for r in reqs]  # all queued before the worker takes its next step
+        release.set()
+        got = [f.result(60) for f in futures]
+        assert not big.done()
+        big.result(60)
+    finally:
+        release.set()
+        w.stop()
+    assert [n for n, _ in log] == [1, 1, 1, 1]  # one per step: a chunk's worth each
+    chunks_seen = [c for _, c in log]
+    assert chunks_seen == sorted(chunks_seen) and len(set(chunks_seen)) == 4  # a chunk between every two
+    assert all(_same_bits(g, x) for g, x in zip(got, want))
+    # no large request in flight: one gathered batch as before
+    w2 = BatchWorker(_engine(tiny_llama, tiny_tokenizer), max_wait_ms=200)
+    seen = []
+    real2 = w2.engine.decide_batch
+    monkeypatch.setattr(w2.engine, "decide_batch", lambda batch, **kw: (seen.append(len(list(batch))),
+                                                                         real2(batch, **kw))[1])
+    futures = [w2.submit(r) for r in reqs]
+    w2.start()
+    try:
+        assert all(f.result(60).ok for f in futures)
+    finally:
+        w2.stop()
+    assert seen == [4]
+
+
 @pytest.mark.default_model
 @pytest.mark.slow
 def test_the_254_option_request_is_bit_identical_interleaved_on_the_default_model(default_engine):

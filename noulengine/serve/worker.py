@@ -17,9 +17,10 @@ Chunked scheduling (issue #56; vLLM / Sarathi-Serve chunked prefill): a request 
 in chunks (:meth:`~noulengine.Engine.is_chunked`: at least ``chunk_min_tokens`` and more
 than ``chunk_tokens`` packed tokens, naming no adapter) is not answered inside the gathered group:
 it becomes a job (:meth:`~noulengine.Engine.start_batch`) the worker runs one chunk at a time, the
-engine lock held for each chunk only. Between two chunks the worker gathers what arrived and answers
-it (one ``decide_batch`` call, as above), so small requests keep moving behind a large one; large
-jobs run oldest first. Each chunk's shapes and inputs depend on its own request alone, so every
+engine lock held for each chunk only. Between two chunks the worker gathers what arrived, oldest
+first, up to a chunk's worth of tokens (:attr:`BatchWorker.step_tokens`; at least one request), and
+answers it (one ``decide_batch`` call, as above), so small requests keep moving behind a large one
+and each waits for those before it, not for all that arrived with it; large jobs run oldest first. Each chunk's shapes and inputs depend on its own request alone, so every
 answer is the same bits as the request alone (``tests/test_chunked_scheduling.py``).
 """
 
@@ -158,11 +159,12 @@ class BatchWorker:
             # submit() must still see them when it checks max_queue.
             self._in_flight = running + 1
             tokens = batch[0].tokens
+            budget = self.step_tokens if running else self.max_batch_tokens
             deadline = time.monotonic() + self.max_wait_s
-            while len(batch) < self.max_batch_requests and tokens < self.max_batch_tokens:
+            while len(batch) < self.max_batch_requests and tokens < budget:
                 if self._queue:
                     nxt = self._queue[0]
-                    if tokens + nxt.tokens > self.max_batch_tokens:
+                    if tokens + nxt.tokens > budget:
                         break
                     batch.append(self._queue.popleft())
                     self._in_flight = running + len(batch)
@@ -200,6 +202,19 @@ class BatchWorker:
                     self._report_depth()
 
     # -- chunked scheduling of large requests -------------------------------------------------
+    @property
+    def step_tokens(self) -> int:
+        """The token budget of one step while large requests are being computed: the engine's
+        ``chunk_tokens`` (at least one request per step; ``max_batch_tokens`` when chunking is off).
+
+        Sarathi-Serve's rule (Agrawal et al. 2024, a fixed token budget per scheduler iteration):
+        requests that arrive behind a large one are answered a chunk's worth at a time, oldest
+        first, alternating with its chunks, so each waits for the ones before it and one chunk,
+        not for everything that arrived with it (measured in docs/serving.md)."""
+        config = getattr(self.engine, "config", None)
+        chunk = int(getattr(config, "chunk_tokens", 0) or 0) if config is not None else 0
+        return min(self.max_batch_tokens, chunk) if chunk > 0 else self.max_batch_tokens
+
     def _is_large(self, item: _Item) -> bool:
         """Whether ``item`` is answered as a job, one chunk per step: the engine would chunk it
         (:meth:`~noulengine.Engine.is_chunked`) and it names no adapter (an adapter may be loaded
