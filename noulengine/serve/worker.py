@@ -17,10 +17,11 @@ Chunked scheduling (issue #56; vLLM / Sarathi-Serve chunked prefill): a request 
 in chunks (:meth:`~noulengine.Engine.is_chunked`: at least ``chunk_min_tokens`` and more
 than ``chunk_tokens`` packed tokens, naming no adapter) is not answered inside the gathered group:
 it becomes a job (:meth:`~noulengine.Engine.start_batch`) the worker runs one chunk at a time, the
-engine lock held for each chunk only. Between two chunks the worker gathers what arrived, oldest
-first, up to a chunk's worth of tokens (:attr:`BatchWorker.step_tokens`; at least one request), and
-answers it (one ``decide_batch`` call, as above), so small requests keep moving behind a large one
-and each waits for those before it, not for all that arrived with it; large jobs run oldest first. Each chunk's shapes and inputs depend on its own request alone, so every
+engine lock held for each chunk only. Between two chunks the worker gathers what arrived (up to
+``max_batch_tokens``, as above) and answers it oldest first in passes of a chunk's worth of tokens
+(:attr:`BatchWorker.step_tokens`; at least one request each), so small requests keep moving behind
+a large one and each waits for those before it, not for all that arrived with it; large jobs run
+oldest first. Each chunk's shapes and inputs depend on its own request alone, so every
 answer is the same bits as the request alone (``tests/test_chunked_scheduling.py``).
 """
 
@@ -159,12 +160,11 @@ class BatchWorker:
             # submit() must still see them when it checks max_queue.
             self._in_flight = running + 1
             tokens = batch[0].tokens
-            budget = self.step_tokens if running else self.max_batch_tokens
             deadline = time.monotonic() + self.max_wait_s
-            while len(batch) < self.max_batch_requests and tokens < budget:
+            while len(batch) < self.max_batch_requests and tokens < self.max_batch_tokens:
                 if self._queue:
                     nxt = self._queue[0]
-                    if tokens + nxt.tokens > budget:
+                    if tokens + nxt.tokens > self.max_batch_tokens:
                         break
                     batch.append(self._queue.popleft())
                     self._in_flight = running + len(batch)
@@ -193,7 +193,8 @@ class BatchWorker:
                         small.append(item)
                 if small:
                     for group in self._groups(small):
-                        self._answer(group)
+                        for step in self._steps(group):
+                            self._answer(step)
                 if self._jobs:
                     self._step_job()
             finally:
@@ -204,16 +205,34 @@ class BatchWorker:
     # -- chunked scheduling of large requests -------------------------------------------------
     @property
     def step_tokens(self) -> int:
-        """The token budget of one step while large requests are being computed: the engine's
-        ``chunk_tokens`` (at least one request per step; ``max_batch_tokens`` when chunking is off).
+        """The token budget of one pass for requests answered while large requests are being
+        computed: the engine's ``chunk_tokens`` (``max_batch_tokens`` when chunking is off).
 
-        Sarathi-Serve's rule (Agrawal et al. 2024, a fixed token budget per scheduler iteration):
-        requests that arrive behind a large one are answered a chunk's worth at a time, oldest
-        first, alternating with its chunks, so each waits for the ones before it and one chunk,
-        not for everything that arrived with it (measured in docs/serving.md)."""
+        Between two chunks of a large request the worker still takes what arrived, up to
+        ``max_batch_tokens`` as ever (so a large request waits for no more than before), but
+        answers it in passes of about this many estimated tokens, oldest first (at least one
+        request per pass; Sarathi-Serve's fixed token budget per iteration, Agrawal et al. 2024):
+        the first requests are answered after their own pass, not after all that arrived with
+        them (measured in docs/serving.md)."""
         config = getattr(self.engine, "config", None)
         chunk = int(getattr(config, "chunk_tokens", 0) or 0) if config is not None else 0
         return min(self.max_batch_tokens, chunk) if chunk > 0 else self.max_batch_tokens
+
+    def _steps(self, group: list[_Item]) -> list[list[_Item]]:
+        """``group`` as one pass when no large request is in flight; otherwise in order, in passes
+        of at most :attr:`step_tokens` estimated tokens (at least one request each)."""
+        if not self._jobs:
+            return [group]
+        out: list[list[_Item]] = []
+        tokens = 0
+        for item in group:
+            if out and tokens + item.tokens <= self.step_tokens:
+                out[-1].append(item)
+                tokens += item.tokens
+            else:
+                out.append([item])
+                tokens = item.tokens
+        return out
 
     def _is_large(self, item: _Item) -> bool:
         """Whether ``item`` is answered as a job, one chunk per step: the engine would chunk it
