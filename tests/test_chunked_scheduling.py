@@ -56,6 +56,24 @@ def _engine(model, tokenizer, **kw):
     return Engine.from_model(model, tokenizer, **kw)
 
 
+def _gate_large_requests(monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """Hold every large request before its first chunk: ``started`` is set when one is waiting,
+    and its chunks run once ``release`` is set (so requests can be queued behind it first)."""
+    import noulengine.engine.engine as engine_module
+
+    started, release = threading.Event(), threading.Event()
+    real = engine_module.chunked_hidden_steps
+
+    def gated(*args, **kwargs):
+        steps = real(*args, **kwargs)
+        started.set()
+        release.wait(60)
+        return (yield from steps)
+
+    monkeypatch.setattr(engine_module, "chunked_hidden_steps", gated)
+    return started, release
+
+
 def test_canonical_cuts_split_long_pieces_only():
     assert canonical_cuts([39, 600], 256) == [39, 295, 551, 600]
     assert canonical_cuts([0, 39, 39, 100], 256) == [39, 100]
@@ -142,7 +160,6 @@ def test_the_worker_answers_small_requests_between_the_chunks_of_a_large_one(tin
                                                                               monkeypatch):
     """The server's worker: a small request sent while a large one is being computed is answered
     before it, and both answers are the bits each gets alone; /metrics reports the chunk setting."""
-    import noulengine.engine.engine as engine_module
     from noulengine.records.schema import request_from_json
     from noulengine.serve.metrics import Metrics
     from noulengine.serve.worker import BatchWorker
@@ -151,16 +168,7 @@ def test_the_worker_answers_small_requests_between_the_chunks_of_a_large_one(tin
     want_large = _engine(tiny_llama, tiny_tokenizer).decide(large)
     want_small = _engine(tiny_llama, tiny_tokenizer).decide(small)
 
-    started, release = threading.Event(), threading.Event()
-    real = engine_module.chunked_hidden_steps
-
-    def gated(*args, **kwargs):  # the large request's chunks wait until the small request is in
-        steps = real(*args, **kwargs)
-        started.set()
-        release.wait(60)
-        return (yield from steps)
-
-    monkeypatch.setattr(engine_module, "chunked_hidden_steps", gated)
+    started, release = _gate_large_requests(monkeypatch)
     engine = _engine(tiny_llama, tiny_tokenizer)
     metrics = Metrics()
     w = BatchWorker(engine, max_wait_ms=1, metrics=metrics)
@@ -190,7 +198,6 @@ def test_requests_behind_a_large_one_are_answered_a_chunks_worth_per_step(tiny_l
     passes of at most ``chunk_tokens`` estimated tokens (at least one request each), so the first is
     answered after its own pass; with no large request in flight they are one pass, as before.
     Answers are each request's bits alone."""
-    import noulengine.engine.engine as engine_module
     from noulengine.records.schema import request_from_json
     from noulengine.serve.worker import BatchWorker, estimate_tokens
 
@@ -200,16 +207,7 @@ def test_requests_behind_a_large_one_are_answered_a_chunks_worth_per_step(tiny_l
     assert all(estimate_tokens(r) * 2 > CHUNK for r in reqs)  # two never fit one step's budget
     want = [_engine(tiny_llama, tiny_tokenizer).decide(r) for r in smalls]
 
-    started, release = threading.Event(), threading.Event()
-    real = engine_module.chunked_hidden_steps
-
-    def gated(*args, **kwargs):
-        steps = real(*args, **kwargs)
-        started.set()
-        release.wait(60)
-        return (yield from steps)
-
-    monkeypatch.setattr(engine_module, "chunked_hidden_steps", gated)
+    started, release = _gate_large_requests(monkeypatch)
     engine = _engine(tiny_llama, tiny_tokenizer)
     w = BatchWorker(engine, max_wait_ms=1)
     assert w.step_tokens == CHUNK
