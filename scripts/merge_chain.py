@@ -173,6 +173,7 @@ def steps(chain: Chain) -> None:
                 ((lab, f, v) for (lab, f), v in zip(models.items(), verdicts(chain, models).values()))
                 if v != "keep the baseline" or chain.switches.get("record")}
     runs: dict[str, list[str]] = {label: [] for label in (BASELINE_LABEL, *models)}
+    failed: set[str] = set()  # candidates kept out by a clause (still evaluated under --record)
     for group, flags in EVALS:
         if not standing:
             break
@@ -184,12 +185,12 @@ def steps(chain: Chain) -> None:
             chain.run([PY, "-m", "noulengine", "compare", f"{BASELINE_LABEL}={','.join(runs[BASELINE_LABEL])}",
                        f"{label}={','.join(runs[label])}", "--output", str(OUT / label / "compare")])
         decided = verdicts(chain, standing)
+        failed = {label for label, v in decided.items() if v == "keep the baseline"}
         for label, v in decided.items():
             if v == "keep the baseline" and not chain.switches.get("record"):
                 print(f"# {label}: a clause failed after {group}; evaluated no further (runs/chain54/{label}/"
                       "verdict.md)", flush=True)
                 del standing[label]
-    failed = {label for label, v in verdicts(chain, standing).items() if v == "keep the baseline"} if standing else set()
     for label, folder in standing.items():  # a timing: nothing else of the chain runs beside it
         if label in failed:  # --record: a candidate already kept out needs no timing
             continue
