@@ -140,12 +140,22 @@ MIXES = {
     # label. Here each statement is asked in its negated wording half the time and each tool wording
     # names the gold tool or a distractor with equal chance (scenarios.generate(balanced_nouls=True)).
     "v6": {"name": "noul-smollm2-135m-v6", "continues": "v4", "balanced_nouls": True},
+    # v7 = a short continuation of a merge of v2 and v6 (issue #54: --init-adapter the merge's folder,
+    # rank 32) on a replay of v2's own mix and no new scenarios. Why: the merge 0.3*v2 + 0.7*v6 kept
+    # v6's tools and yes/no but answered typed_decisions' two severity scores with 3 on every record and
+    # sent a money-back ticket to shipping, which v2 did neither of; rehearsing what v2 learnt from the
+    # merge pulls those back towards v2, and a quarter of v4's tool and yes/no rows holds the yes/no gate
+    # (v2's rows alone carry no yes/no skill: AUC 0.55 to 0.66). Selection and calibration rows are v6's.
+    "v7": {"name": "noul-smollm2-135m-v7", "continues": "v4", "balanced_nouls": True, "scenarios": 0,
+           "replay": {"v2": 1200, "tools_and_nouls": 400}, "seed_offset": 50},
 }
 # v5's rows: 1,600 scenario records (320 per kind, levels 0-4, their own seed) and an equal replay
 # of v4's train rows (a seeded sample: AG News, WildJailbreak, procedural, tools and nouls in v4's
 # proportions) so what v4 learnt is rehearsed, not overwritten; selection = v4's plus 60 scenario
 # records (v3's selection seed: never trained on); calibration = v4's plus 100 scenario records.
 # LR 5e-4 (half v4's peak): the run starts from a trained adapter, not from peft's zero B.
+# The categories v4 added to v2's mix (V4 below); the rest of v4's rows are v2's mix itself.
+TOOLS_AND_NOULS = ("tool", "noul")
 CONTINUE = {"scenarios": 1600, "replay": 1600, "scenario_selection": 60, "scenario_calibration": 100,
             "lr": "5e-4", "seed_offset": 40}
 # v4's extra rows (issue #33 items 1-2), each drawn with its own seed, so v2 and v3 stay byte-identical.
@@ -393,7 +403,7 @@ def build_continuation_data(data_dir: Path, out: Path, mix: str) -> dict:
     plan = MIXES[mix]
     base = build_data(data_dir, out / "base", plan["continues"])
     index = build_evaluation_index()
-    seed = SCENARIO_SEED + CONTINUE["seed_offset"]
+    seed = SCENARIO_SEED + plan.get("seed_offset", CONTINUE["seed_offset"])
     rng = random.Random(seed)
 
     def read(path) -> list[dict]:
@@ -404,8 +414,15 @@ def build_continuation_data(data_dir: Path, out: Path, mix: str) -> dict:
                 if index.overlap(r["id"], r["state"]) is None]
         return [{**r, "validation_role": role} for r in recs] if role else recs
 
-    fresh = scen(CONTINUE["scenarios"], seed, None)
-    replay = rng.sample(read(base["train"]["path"]), CONTINUE["replay"])
+    n_scenarios = plan.get("scenarios", CONTINUE["scenarios"])
+    fresh = scen(n_scenarios, seed, None) if n_scenarios else []
+    base_rows = read(base["train"]["path"])
+    if "replay" in plan:  # per group: v2's own mix, and v4's tool and yes/no rows (TOOLS_AND_NOULS)
+        groups = {"v2": [r for r in base_rows if r.get("category", "").split(":")[0] not in TOOLS_AND_NOULS],
+                  "tools_and_nouls": [r for r in base_rows if r.get("category", "").split(":")[0] in TOOLS_AND_NOULS]}
+        replay = [r for g, n in plan["replay"].items() for r in rng.sample(groups[g], n)]
+    else:  # v4's rows in their own proportions
+        replay = rng.sample(base_rows, CONTINUE["replay"])
     rows = fresh + replay
     rng.shuffle(rows)
     selection = read(base["selection"]["path"]) + scen(CONTINUE["scenario_selection"], SCENARIO_SEED + 1, "selection")
@@ -418,7 +435,7 @@ def build_continuation_data(data_dir: Path, out: Path, mix: str) -> dict:
                                                           "calibration"))}
     info = {k: {"path": str(p), "sha256": sha256_file(p), "rows": sum(1 for _ in p.open())} for k, p in files.items()}
     info["train"]["sources"] = {"scenarios": len(fresh), "scenario_questions": sum(len(r["questions"]) for r in fresh),
-                                "scenarios_dropped_as_overlapping_an_evaluation_suite": CONTINUE["scenarios"] - len(fresh),
+                                "scenarios_dropped_as_overlapping_an_evaluation_suite": n_scenarios - len(fresh),
                                 f"replay_of_{plan['continues']}": dict(sorted(Counter(
                                     r.get("category", "other").split(":")[0] for r in replay).items()))}
     info["selection"]["kinds"] = dict(sorted(Counter(r.get("category", "v2").split(":")[0]
@@ -429,15 +446,20 @@ def build_continuation_data(data_dir: Path, out: Path, mix: str) -> dict:
 
 
 def train_args(model: str | None = None, name: str | None = None, layout: str | None = None,
-               lr: str | None = None) -> list[str]:
+               lr: str | None = None, init_adapter: str | None = None) -> list[str]:
     """The recipe's ``noulengine train`` flags, optionally with another base model, name, prompt
     layout (``state-first``, the trainer's default, or ``schema-first``) and peak LR (a continuation
-    mix's, :data:`CONTINUE`)."""
+    mix's, :data:`CONTINUE`). A continuation from ``init_adapter`` (a model folder) takes that
+    adapter's rank and alpha (a merge of two rank-16 adapters is rank 32): the trainer refuses any other."""
     args = list(TRAIN_ARGS)
     if name is not None:
         args[args.index("--name") + 1] = name
     if lr is not None:
         args[args.index("--lr") + 1] = lr
+    if init_adapter is not None:
+        config = json.loads((Path(init_adapter) / "adapter_config.json").read_text())
+        args[args.index("--lora-r") + 1] = str(config["r"])
+        args[args.index("--lora-alpha") + 1] = str(config["lora_alpha"])
     return args + (["--model", model] if model is not None else []) + (["--layout", layout] if layout else [])
 
 
@@ -646,8 +668,8 @@ def main(argv: list[str] | None = None) -> int:
     budget.add_argument("--checkpoint-every", type=int, default=None, help="save a checkpoint every N updates")
     budget.add_argument("--resume", action="store_true", help="continue the paused or killed train step from "
                         "<work>/model/checkpoint/ (same mix, data and budget)")
-    ap.add_argument("--init-adapter", default=None, help="a continuation mix (v5): the trained model folder it starts "
-                    "from (noulengine train --init-adapter)")
+    ap.add_argument("--init-adapter", default=None, help="a continuation mix (v5, v6, v7): the trained model folder it "
+                    "starts from (noulengine train --init-adapter; its rank and alpha are the run's)")
     ap.add_argument("--compare-with", type=Path, default=DEFAULT_ADAPTER_DIR, metavar="DIR",
                     help="the model folder a run is compared with, by data, adapter sha256 and temperatures "
                          "(default: the installed default adapter; a committed candidate's folder checks that "
@@ -729,7 +751,8 @@ def main(argv: list[str] | None = None) -> int:
                                         ("--stop-after", args.stop_after), ("--checkpoint-every", args.checkpoint_every))
                   if value is not None for f in (name, str(value))]
         recipe = train_args(args.model, args.name or plan["name"], args.layout,
-                            CONTINUE["lr"] if plan.get("continues") else None)
+                            CONTINUE["lr"] if plan.get("continues") else None,
+                            args.init_adapter if plan.get("continues") else None)
         rc = run([py, "-m", "noulengine", "train", "--data", str(work / "data" / "train.jsonl"), "--output", str(model_dir),
                   "--numerics", args.numerics,
                   "--selection", str(work / "data" / "selection.jsonl"), *recipe,
