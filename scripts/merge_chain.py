@@ -29,6 +29,14 @@ Steps (docs/results.md, "Merging v2 with the later adapters (issue #54)"):
 5. ``speed``: ``experiments/compare_models_speed.py`` for each candidate still standing (nothing
    else of the chain runs beside it), then the final verdicts: ``runs/chain54/<name>/verdict.md``.
 
+6. ``continuation`` (item 4 of the issue, when every chosen merge failed a clause): the short
+   continuation of the chosen v2+v6 merge on a replay of v2's mix (``scripts/train_default.py --mix
+   v7``, trained outside the chain: ``CONTINUATION``'s command), once its model folder is finished,
+   is copied to ``runs/chain54/models/<label>``, calibrated the same way, and checked and evaluated
+   like the others (its clause files ``selection.json`` and ``tickets.json`` are its own, in
+   ``runs/chain54/<label>/``: the shared ones were measured before it existed). The v2 runs are
+   shared: they come from the same pinned code.
+
 Evaluations span sessions; their rows must all come from one code revision (``--merge`` refuses a
 worker resumed under other code), so run the chain from a pinned worktree while commits go on
 (``scripts/candidate_chain.py``'s docstring shows the commands). SIGTERM reaches the running step;
@@ -55,6 +63,12 @@ SELECTION = Path("runs/merge54/selection.json")
 COMMITTED = Path("training-checkpoints/merge54")
 V6_DATA = Path("runs/train-v6/data")
 BASELINE_LABEL, BASELINE = "v2", "noul-smollm2-135m-v2"
+# item 4's next candidate: (label, the finished `noulengine train` folder) and how it is trained
+# (from /work/main, not the pinned worktree: scripts/train_default.py's mix v7 came later)
+CONTINUATION = ("v7", Path("runs/train-v7/model"))
+CONTINUATION_COMMAND = ("NOULENGINE_THREADS=2 python scripts/train_default.py --steps data,train --mix v7 --work "
+                        "runs/train-v7 --numerics native --name noul-smollm2-135m-v3 --init-adapter "
+                        "runs/chain54/models/v2v6-lin30 --eval-every 100 --checkpoint-every 25")
 # (group, eval flags), in the order that decides soonest
 EVALS = [
     ("typed", ["--suite", "accuracy-v1", "--tasks", "typed_decisions", "--probe", "reverse"]),
@@ -74,6 +88,25 @@ def candidates(chain: Chain) -> dict[str, str]:
         raise SystemExit(f"{SELECTION} missing after the select step")
     chosen = json.loads((REPO / SELECTION).read_text())["chosen"]
     return {name: str(OUT / "models" / name) for name in chosen.values() if name is not None}
+
+
+def continuation(chain: Chain) -> dict[str, str]:
+    """label -> model folder of the continuation candidate, copied in from its finished training
+    folder (adapter, config, training.json; its temperatures fitted by :func:`calibrate`), or {}
+    while it is not trained (``CONTINUATION_COMMAND`` trains it)."""
+    label, trained = CONTINUATION
+    folder = OUT / "models" / label
+    done = (REPO / trained / "training.json").is_file() and not (REPO / trained / "checkpoint").exists()
+    if not (REPO / folder / "adapter_model.safetensors").is_file():
+        if not done:
+            print(f"# {label}: not trained yet ({trained}): {CONTINUATION_COMMAND}", flush=True)
+            return {}
+        print(f"+ cp {trained}/{{adapter_config.json,adapter_model.safetensors,training.json}} {folder}/", flush=True)
+        if not chain.dry:
+            (REPO / folder).mkdir(parents=True, exist_ok=True)
+            for f in ("adapter_config.json", "adapter_model.safetensors", "training.json"):
+                shutil.copy2(REPO / trained / f, REPO / folder / f)
+    return {label: str(folder)}
 
 
 def source_folder(label: str) -> Path:
@@ -107,7 +140,7 @@ def calibrate(chain: Chain, label: str, folder: str) -> None:
     if (dest / "calibration.json").is_file():
         return
     committed = REPO / COMMITTED / label / "calibration.json"
-    if not chain.dry:
+    if not chain.dry and label != CONTINUATION[0]:  # the continuation was copied in by continuation()
         merge_selection.build(label)
         src = source_folder(label)
         dest.mkdir(parents=True, exist_ok=True)
@@ -132,10 +165,11 @@ def once(chain: Chain, output: Path, cmd: list[str]) -> None:
 
 
 def verdict_dir(label: str, speed: bool = False) -> Path:
-    """``runs/chain54/<label>/``: the files ``adoption_verdict.py`` reads, linked to the shared ones."""
+    """``runs/chain54/<label>/``: the files ``adoption_verdict.py`` reads, linked to the shared ones
+    (the continuation's are its own)."""
     d = REPO / OUT / label
     d.mkdir(parents=True, exist_ok=True)
-    for name in ("selection.json", "tickets.json"):
+    for name in ("selection.json", "tickets.json") if label != CONTINUATION[0] else ():
         link = d / name
         if not link.is_symlink() and not link.exists():
             link.symlink_to(Path("..") / name)
@@ -169,6 +203,18 @@ def steps(chain: Chain) -> None:
                                         "--output", str(OUT / "selection.json")])
     once(chain, OUT / "tickets.json", [PY, "experiments/readme_tickets.py", *both, "--output",
                                       str(OUT / "tickets.json")])
+    for label, folder in continuation(chain).items():  # its own clause files: the shared ones predate it
+        calibrate(chain, label, folder)
+        pair = ["--model", BASELINE, "--model", folder]
+        mine = OUT / label
+        if not chain.dry:
+            (REPO / mine).mkdir(parents=True, exist_ok=True)
+        once(chain, mine / "tickets.json", [PY, "experiments/readme_tickets.py", *pair, "--output",
+                                           str(mine / "tickets.json")])
+        once(chain, mine / "selection.json", [PY, "experiments/selection_by_kind.py", "--selection",
+                                             str(V6_DATA / "selection.jsonl"), *pair, "--kinds", "noul:,tool:,scenario:",
+                                             "--output", str(mine / "selection.json")])
+        models[label] = folder
     standing = {label: folder for label, folder, v in
                 ((lab, f, v) for (lab, f), v in zip(models.items(), verdicts(chain, models).values()))
                 if v != "keep the baseline" or chain.switches.get("record")}

@@ -62,3 +62,25 @@ def test_the_chain_plan_runs_the_deciding_suite_first(capsys, monkeypatch):
     assert "typed_decisions" in evals[0] and "agnews,wildjailbreak" in evals[-1]
     assert out.index("merge_selection.py") < out.index("calibrate") < out.index("selection_by_kind.py")
     assert "compare_models_speed.py" in out and out.rstrip().endswith("compare/compare.md")
+
+
+def test_the_continuation_joins_the_chain_once_trained_with_its_own_clause_files(capsys, monkeypatch, tmp_path):
+    """Item 4's candidate: until its training folder is finished the plan names the command that trains
+    it; once finished it is copied in, calibrated, checked on its own clause files (the shared ones
+    predate it) and evaluated on every group beside v2."""
+    monkeypatch.setattr(merge_chain, "REPO", tmp_path)
+    assert merge_chain.main(["--plan"]) == 0
+    assert "# v7: not trained yet" in capsys.readouterr().out
+    label, trained = merge_chain.CONTINUATION
+    (tmp_path / trained).mkdir(parents=True)
+    (tmp_path / trained / "training.json").write_text("{}")
+    assert merge_chain.main(["--plan"]) == 0
+    out = capsys.readouterr().out
+    folder = f"runs/chain54/models/{label}"
+    assert f"{folder}/" in out and f"--model {folder} --output {folder}/calibration.json" in out
+    assert f"--output runs/chain54/{label}/tickets.json" in out and f"--output runs/chain54/{label}/selection.json" in out
+    groups = [g for g, _ in merge_chain.EVALS]
+    assert all(f"--output runs/chain54/evals/{label}-{g} " in out for g in groups)
+    (tmp_path / trained / "checkpoint").mkdir()  # paused: not finished
+    assert merge_chain.main(["--plan"]) == 0
+    assert "# v7: not trained yet" in capsys.readouterr().out

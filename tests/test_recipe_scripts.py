@@ -120,7 +120,7 @@ def test_continuation_mix_needs_its_adapter_and_only_it_takes_one(tmp_path, caps
         assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--mix v5 continues a trained v4 model: give --init-adapter" in err
-    assert "--init-adapter: --mix v4 trains from the base; only a continuation mix (v5, v6)" in err
+    assert "--init-adapter: --mix v4 trains from the base; only a continuation mix (v5, v6, v7)" in err
     assert not (tmp_path / "w").exists()
 
 
@@ -147,6 +147,41 @@ def test_continuation_data_is_the_base_mix_plus_scenarios_and_a_replay(tmp_path)
     assert not sel_ids & {r["id"] for r in rows}  # selection never trains
     again = train_default.build_continuation_data(data_dir, tmp_path / "again", "v5")
     assert again["train"]["sha256"] == info["train"]["sha256"]
+
+
+def test_v7_replays_v2s_mix_and_a_share_of_tools_and_nouls_without_new_scenarios(tmp_path):
+    """v7 (issue #54 item 4) continues a merge on a replay only: MIXES["v7"]["replay"] rows per group
+    drawn from v4's train rows (v2's own mix, and v4's tool and yes/no rows), no scenario records;
+    its selection and calibration rows are v6's, so its learning curve reads like the merge's."""
+    from noulengine.eval.suites import resolve_data_dir
+
+    data_dir = resolve_data_dir(None)
+    if data_dir is None:
+        pytest.skip("no raw data root (../shared/data or $NOULENGINE_DATA)")
+    info = train_default.build_continuation_data(data_dir, tmp_path / "v7", "v7")
+    want = train_default.MIXES["v7"]["replay"]
+    rows = [json.loads(x) for x in (tmp_path / "v7" / "train.jsonl").read_text().splitlines()]
+    assert info["train"]["rows"] == len(rows) == sum(want.values()) and info["train"]["sources"]["scenarios"] == 0
+    kinds = [str(r.get("category", "")).split(":")[0] for r in rows]
+    assert sum(k in train_default.TOOLS_AND_NOULS for k in kinds) == want["tools_and_nouls"]
+    assert not any(k == "scenario" for k in kinds) and len({r["id"] for r in rows}) == len(rows)
+    base_ids = {json.loads(x)["id"] for x in (tmp_path / "v7" / "base" / "train.jsonl").read_text().splitlines()}
+    assert {r["id"] for r in rows} <= base_ids  # a replay: nothing new
+    v6 = train_default.build_continuation_data(data_dir, tmp_path / "v6", "v6")
+    for name in ("selection", "calibration_procedural"):
+        assert info[name]["sha256"] == v6[name]["sha256"]
+
+
+def test_a_continuation_takes_its_init_adapters_rank_and_alpha(tmp_path):
+    """A merge of two rank-16 adapters is rank 32: the continuation's --lora-r/--lora-alpha are the
+    adapter's (the trainer refuses any other), one flag each, everything else the recipe's."""
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 32, "lora_alpha": 32}))
+    args = train_default.train_args(lr="5e-4", init_adapter=str(tmp_path))
+    assert args.count("--lora-r") == 1 and args[args.index("--lora-r") + 1] == "32"
+    assert args.count("--lora-alpha") == 1 and args[args.index("--lora-alpha") + 1] == "32"
+    rest = train_default.train_args(lr="5e-4")
+    assert [a for i, a in enumerate(args) if args[i - 1] not in ("--lora-r", "--lora-alpha")] == \
+        [a for i, a in enumerate(rest) if rest[i - 1] not in ("--lora-r", "--lora-alpha")]
 
 
 def test_data_mixes_rebuild_the_installed_data_and_v3_adds_its_rows(tmp_path):
