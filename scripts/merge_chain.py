@@ -164,6 +164,18 @@ def once(chain: Chain, output: Path, cmd: list[str]) -> None:
     chain.run(cmd, env={"NOULENGINE_THREADS": "2"})
 
 
+def clause_files(chain: Chain, where: Path, folders: list[str]) -> None:
+    """The cheap clauses' files in ``where`` for v2 and the candidates in ``folders``: the held-out
+    yes/no, tool and scenario rows (``selection.json``) and the README's tickets (``tickets.json``),
+    each skipped once it exists."""
+    models = [f for m in (BASELINE, *folders) for f in ("--model", m)]
+    once(chain, where / "selection.json", [PY, "experiments/selection_by_kind.py", "--selection",
+                                          str(V6_DATA / "selection.jsonl"), *models, "--kinds", "noul:,tool:,scenario:",
+                                          "--output", str(where / "selection.json")])
+    once(chain, where / "tickets.json", [PY, "experiments/readme_tickets.py", *models, "--output",
+                                        str(where / "tickets.json")])
+
+
 def verdict_dir(label: str, speed: bool = False) -> Path:
     """``runs/chain54/<label>/``: the files ``adoption_verdict.py`` reads, linked to the shared ones
     (the continuation's are its own)."""
@@ -197,23 +209,12 @@ def steps(chain: Chain) -> None:
     models = candidates(chain)
     for label, folder in models.items():
         calibrate(chain, label, folder)
-    both = [f for m in (BASELINE, *models.values()) for f in ("--model", m)]
-    once(chain, OUT / "selection.json", [PY, "experiments/selection_by_kind.py", "--selection",
-                                        str(V6_DATA / "selection.jsonl"), *both, "--kinds", "noul:,tool:,scenario:",
-                                        "--output", str(OUT / "selection.json")])
-    once(chain, OUT / "tickets.json", [PY, "experiments/readme_tickets.py", *both, "--output",
-                                      str(OUT / "tickets.json")])
+    clause_files(chain, OUT, list(models.values()))
     for label, folder in continuation(chain).items():  # its own clause files: the shared ones predate it
         calibrate(chain, label, folder)
-        pair = ["--model", BASELINE, "--model", folder]
-        mine = OUT / label
         if not chain.dry:
-            (REPO / mine).mkdir(parents=True, exist_ok=True)
-        once(chain, mine / "tickets.json", [PY, "experiments/readme_tickets.py", *pair, "--output",
-                                           str(mine / "tickets.json")])
-        once(chain, mine / "selection.json", [PY, "experiments/selection_by_kind.py", "--selection",
-                                             str(V6_DATA / "selection.jsonl"), *pair, "--kinds", "noul:,tool:,scenario:",
-                                             "--output", str(mine / "selection.json")])
+            (REPO / OUT / label).mkdir(parents=True, exist_ok=True)
+        clause_files(chain, OUT / label, [folder])
         models[label] = folder
     standing = {label: folder for label, folder, v in
                 ((lab, f, v) for (lab, f), v in zip(models.items(), verdicts(chain, models).values()))

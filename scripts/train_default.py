@@ -418,8 +418,9 @@ def build_continuation_data(data_dir: Path, out: Path, mix: str) -> dict:
     fresh = scen(n_scenarios, seed, None) if n_scenarios else []
     base_rows = read(base["train"]["path"])
     if "replay" in plan:  # per group: v2's own mix, and v4's tool and yes/no rows (TOOLS_AND_NOULS)
-        groups = {"v2": [r for r in base_rows if r.get("category", "").split(":")[0] not in TOOLS_AND_NOULS],
-                  "tools_and_nouls": [r for r in base_rows if r.get("category", "").split(":")[0] in TOOLS_AND_NOULS]}
+        groups: dict[str, list[dict]] = {"v2": [], "tools_and_nouls": []}
+        for r in base_rows:
+            groups["tools_and_nouls" if r.get("category", "").split(":")[0] in TOOLS_AND_NOULS else "v2"].append(r)
         replay = [r for g, n in plan["replay"].items() for r in rng.sample(groups[g], n)]
     else:  # v4's rows in their own proportions
         replay = rng.sample(base_rows, CONTINUE["replay"])
